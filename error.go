@@ -1,0 +1,55 @@
+package seckill
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes. They travel unchanged to API clients (see httpapi).
+const (
+	EINVALID      = "invalid_argument"
+	EUNAUTHORIZED = "unauthorized"
+	ENOTFOUND     = "not_found"
+	ESOLDOUT      = "sold_out"
+	ENOTSTARTED   = "not_started"
+	EENDED        = "ended"
+	EUNAVAILABLE  = "unavailable"
+	EINTERNAL     = "internal"
+)
+
+// Error is an error meant for the caller: a code from the list above and a
+// human-readable message. Any other error is internal.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return "seckill: " + e.Code + ": " + e.Message }
+
+// Errorf returns an *Error with the code and a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the *Error in err's chain, EINTERNAL for any
+// other error, and "" for nil.
+func ErrorCode(err error) string {
+	var e *Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &e):
+		return e.Code
+	}
+	return EINTERNAL
+}
+
+// ErrorMessage returns the message of the *Error in err's chain, or a generic
+// message that reveals nothing of an internal error.
+func ErrorMessage(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return "internal error"
+}
