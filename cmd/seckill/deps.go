@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckilldev/seckill"
+	"github.com/seckilldev/seckill/stock"
+	"github.com/seckilldev/seckill/store"
+)
+
+// backends are the outside systems of one process: Redis and the database,
+// either real servers or the embedded defaults (miniredis, which runs the
+// same Lua scripts, and a SQLite file).
+type backends struct {
+	rdb     redis.UniversalClient
+	store   seckill.Store
+	engine  *stock.Engine
+	closers []func() error
+}
+
+type backendFlags struct {
+	redisURL string
+	dbURL    string
+	prefix   string
+}
+
+func (b *backendFlags) register(fs flagSet, defaultDB string) {
+	fs.StringVar(&b.redisURL, "redis", "", "Redis URL: redis://host:port[/db], redis+cluster://host:port, redis+sentinel://host:port/master (default: an embedded Redis in this process)")
+	fs.StringVar(&b.dbURL, "db", defaultDB, "database URL: postgres://..., mysql://user:pass@host:port/db, sqlite://path.db")
+	fs.StringVar(&b.prefix, "redis-prefix", stock.DefaultPrefix, "namespace of every Redis key")
+}
+
+func (b *backendFlags) open(ctx context.Context, log *slog.Logger) (*backends, error) {
+	if b.prefix == "" || strings.ContainsAny(b.prefix, "{} \t\r\n") {
+		return nil, usagef("--redis-prefix: %q must be non-empty, without braces or spaces", b.prefix)
+	}
+	bk := &backends{}
+	var err error
+	if b.redisURL == "" {
+		m := miniredis.NewMiniRedis()
+		if err := m.StartAddr("127.0.0.1:0"); err != nil {
+			return nil, fmt.Errorf("start embedded redis: %w", err)
+		}
+		bk.closers = append(bk.closers, func() error { m.Close(); return nil })
+		log.Info("embedded redis started (pass --redis to use a real server)", "addr", m.Addr())
+		b.redisURL = "redis://" + m.Addr()
+	}
+	bk.rdb, err = stock.Dial(ctx, b.redisURL)
+	if err != nil {
+		bk.close()
+		return nil, fmt.Errorf("--redis: %w", err)
+	}
+	bk.closers = append(bk.closers, bk.rdb.Close)
+	bk.store, err = store.Open(ctx, b.dbURL)
+	if err != nil {
+		bk.close()
+		return nil, fmt.Errorf("--db: %w", err)
+	}
+	bk.closers = append(bk.closers, bk.store.Close)
+	bk.engine = stock.New(bk.rdb, stock.Config{Prefix: b.prefix})
+	bk.closers = append(bk.closers, func() error { bk.engine.Close(); return nil })
+	if err := bk.engine.Preload(ctx); err != nil {
+		bk.close()
+		return nil, fmt.Errorf("load scripts into redis: %w", err)
+	}
+	return bk, nil
+}
+
+// close releases everything in reverse order of opening.
+func (bk *backends) close() error {
+	var errs []error
+	for i := len(bk.closers) - 1; i >= 0; i-- {
+		errs = append(errs, bk.closers[i]())
+	}
+	bk.closers = nil
+	return errors.Join(errs...)
+}

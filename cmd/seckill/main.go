@@ -1,0 +1,74 @@
+// Command seckill runs the flash-sale service and its tools:
+//
+//	seckill serve    the HTTP API and the order worker
+//	seckill worker   the order worker alone
+//	seckill demo     a whole sale on embedded defaults, verified
+//	seckill bench    a load generator that verifies
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: seckill <command> [flags]
+
+commands:
+  serve    run the HTTP API and the order worker
+  worker   run the order worker alone
+  help     show this text
+
+Run "seckill <command> -h" for a command's flags. Every flag has an
+environment twin, e.g. --redis and SECKILL_REDIS.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes a command line and returns the exit code: 0 success, 1 a
+// failure while running, 2 a bad command line.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serveCmd(ctx, args[1:], stdout, stderr)
+	case "worker":
+		err = workerCmd(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "seckill: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	var ue usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "seckill %s: %v\n", args[0], err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "seckill %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+// usageError is a bad command line.
+type usageError struct{ error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/seckilldev/seckill/httpapi"
+	"github.com/seckilldev/seckill/sale"
+	"github.com/seckilldev/seckill/stock"
+	"github.com/seckilldev/seckill/worker"
+)
+
+type serveConfig struct {
+	listen     string
+	adminToken string
+	noWorker   bool
+	backend    backendFlags
+	worker     workerFlags
+	logs       logFlags
+	// ready, if set, receives the listening address once the API serves.
+	ready func(addr string)
+}
+
+func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c serveConfig
+	fs := newFlagSet("serve", stderr)
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address the HTTP API listens on")
+	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of the admin API (default: a random token, printed once)")
+	fs.BoolVar(&c.noWorker, "no-worker", false, "run the API alone, without the order worker")
+	c.backend.register(fs, "sqlite://seckill.db")
+	c.worker.register(fs)
+	c.logs.register(fs)
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	return runServe(ctx, c, stdout, stderr)
+}
+
+func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) error {
+	log, err := c.logs.logger(stderr)
+	if err != nil {
+		return err
+	}
+	wcfg, err := c.worker.config()
+	if err != nil {
+		return err
+	}
+	if c.adminToken == "" {
+		b := make([]byte, 16)
+		_, _ = rand.Read(b)
+		c.adminToken = hex.EncodeToString(b)
+		fmt.Fprintf(stdout, "admin token (generated; pass --admin-token to choose one): %s\n", c.adminToken)
+	}
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return usagef("--listen: %v", err)
+	}
+	defer ln.Close()
+
+	bk, err := c.backend.open(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer bk.close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(stock.NewCollector(bk.engine, liveActivities(bk)))
+
+	ids, err := nodeIDs(ctx, bk)
+	if err != nil {
+		return err
+	}
+	svc := sale.New(bk.store, bk.engine, ids, sale.Config{}, log, sale.NewMetrics(reg))
+	if err := svc.WarmUp(ctx); err != nil {
+		log.Warn("warm-up incomplete; activities load on first grab", "err", err)
+	}
+	api := httpapi.New(svc, c.adminToken, health(bk), log, reg, reg)
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+
+	// background work stops when bgCtx ends, after the HTTP server drained.
+	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = svc.Run(bgCtx)
+	}()
+	if !c.noWorker {
+		w := worker.New(bk.store, bk.engine, wcfg, log, worker.NewMetrics(reg))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = w.Run(bgCtx)
+		}()
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("serving", "addr", ln.Addr().String(), "worker", !c.noWorker)
+	if c.ready != nil {
+		c.ready(ln.Addr().String())
+	}
+
+	select {
+	case err = <-serveErr:
+	case <-ctx.Done():
+		log.Info("shutting down: draining requests")
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = srv.Shutdown(sctx)
+		cancel()
+	}
+	stopBG()
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	log.Info("stopped")
+	return err
+}
+
+// liveActivities lists the activities that have not ended long ago.
+func liveActivities(bk *backends) func(ctx context.Context) ([]int64, error) {
+	return func(ctx context.Context) ([]int64, error) {
+		acts, err := bk.store.Activities(ctx, time.Now().Add(-time.Hour))
+		ids := make([]int64, len(acts))
+		for i, a := range acts {
+			ids[i] = a.ID
+		}
+		return ids, err
+	}
+}
+
+func health(bk *backends) map[string]httpapi.Health {
+	return map[string]httpapi.Health{
+		"redis":    func(ctx context.Context) error { return bk.rdb.Ping(ctx).Err() },
+		"database": bk.store.Ping,
+	}
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/seckilldev/seckill/worker"
+)
+
+type workerFlags struct {
+	consumer  string
+	batch     int
+	claimIdle time.Duration
+}
+
+func (f *workerFlags) register(fs flagSet) {
+	fs.StringVar(&f.consumer, "consumer", "", "this worker's name in the consumer group (default: host-pid-random); a worker restarted under its old name resumes its pending orders at once")
+	fs.IntVar(&f.batch, "batch", 200, "orders written to the database in one transaction")
+	fs.DurationVar(&f.claimIdle, "claim-idle", 15*time.Second, "how long a dead worker's orders wait before another worker claims them")
+}
+
+func (f *workerFlags) config() (worker.Config, error) {
+	switch {
+	case f.batch < 1 || f.batch > 10000:
+		return worker.Config{}, usagef("--batch: %d is not between 1 and 10000", f.batch)
+	case f.claimIdle < 100*time.Millisecond:
+		return worker.Config{}, usagef("--claim-idle: %v is shorter than 100ms", f.claimIdle)
+	}
+	return worker.Config{Consumer: f.consumer, Batch: f.batch, ClaimIdle: f.claimIdle}, nil
+}
+
+func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		backend backendFlags
+		wf      workerFlags
+		logs    logFlags
+		metrics string
+	)
+	fs := newFlagSet("worker", stderr)
+	backend.register(fs, "sqlite://seckill.db")
+	wf.register(fs)
+	logs.register(fs)
+	fs.StringVar(&metrics, "metrics-listen", "", "address to serve /metrics on (default: none)")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	log, err := logs.logger(stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := wf.config()
+	if err != nil {
+		return err
+	}
+	if backend.redisURL == "" {
+		return usagef("--redis: the worker needs the Redis of the API instances")
+	}
+	bk, err := backend.open(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer bk.close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if metrics != "" {
+		ln, err := net.Listen("tcp", metrics)
+		if err != nil {
+			return usagef("--metrics-listen: %v", err)
+		}
+		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+	}
+	w := worker.New(bk.store, bk.engine, cfg, log, worker.NewMetrics(reg))
+	err = w.Run(ctx)
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}

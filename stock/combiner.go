@@ -1,0 +1,105 @@
+package stock
+
+import (
+	"context"
+	"strconv"
+	"sync"
+)
+
+// combiner batches the concurrent grabs of one activity: each of its
+// goroutines takes whatever is queued (up to MaxBatch) and sends it as one
+// script call. Nothing waits for a batch to fill, so a lone grab goes out at
+// once and a crowd shares round trips.
+type combiner struct {
+	e     *Engine
+	keys  Keys
+	queue chan *grabReq
+}
+
+type grabReq struct {
+	uid, oid int64
+	res      Result
+	err      error
+	done     chan struct{}
+}
+
+var reqPool = sync.Pool{New: func() any { return &grabReq{done: make(chan struct{}, 1)} }}
+
+// enqueue puts a grab in the queue; it gives up only if ctx ends first.
+func (c *combiner) enqueue(ctx context.Context, uid, oid int64) (*grabReq, error) {
+	r := reqPool.Get().(*grabReq)
+	r.uid, r.oid, r.res, r.err = uid, oid, Result{}, nil
+	select {
+	case c.queue <- r:
+		return r, nil
+	case <-ctx.Done():
+		reqPool.Put(r)
+		return nil, ctx.Err()
+	}
+}
+
+// wait returns the answer to a queued grab. Once queued, a grab is answered
+// whatever its caller's ctx does (the script call is bounded by the Redis
+// client's timeouts), so that an accepted order is never hidden from the
+// caller and r can go back to the pool.
+func (r *grabReq) wait() (Result, error) {
+	<-r.done
+	res, err := r.res, r.err
+	reqPool.Put(r)
+	return res, err
+}
+
+func (c *combiner) run() {
+	batch := make([]*grabReq, 0, c.e.cfg.MaxBatch)
+	args := make([]any, 0, 2*c.e.cfg.MaxBatch)
+	keys := []string{c.keys.Meta, c.keys.Stock, c.keys.Buyers, c.keys.Orders}
+	for {
+		select {
+		case r := <-c.queue:
+			batch = append(batch[:0], r)
+		case <-c.e.quit:
+			c.drain()
+			return
+		}
+	fill:
+		for len(batch) < c.e.cfg.MaxBatch {
+			select {
+			case r := <-c.queue:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		args = args[:0]
+		for _, r := range batch {
+			args = append(args, strconv.FormatInt(r.uid, 10), strconv.FormatInt(r.oid, 10))
+		}
+		reply, err := grabScript.Run(context.Background(), c.e.rdb, keys, args...).Result()
+		var res []Result
+		var errs []error
+		if err == nil {
+			res, errs, err = decodeBatch(reply, len(batch))
+		}
+		for i, r := range batch {
+			if err != nil {
+				r.err = err
+			} else {
+				r.res, r.err = res[i], errs[i]
+			}
+			r.done <- struct{}{}
+		}
+	}
+}
+
+// drain fails the requests still queued at Close.
+func (c *combiner) drain() {
+	for {
+		select {
+		case r := <-c.queue:
+			r.err = errClosed
+			r.done <- struct{}{}
+		default:
+			return
+		}
+	}
+}

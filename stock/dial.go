@@ -1,0 +1,79 @@
+package stock
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Dial connects to Redis by URL and checks that it answers:
+//
+//	redis://[user:pass@]host:port[/db]            a single Redis (rediss:// for TLS)
+//	redis+cluster://host:port[?addr=host:port...]  Redis Cluster, seeded by one or more nodes
+//	redis+sentinel://host:port[,host:port...]/master[?db=0]  Sentinel failover
+//
+// Timeouts are short: a flash sale prefers a fast "unavailable" to a queue
+// of requests waiting on a dead server.
+func Dial(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("bad redis URL: %w", err)
+	}
+	var rdb redis.UniversalClient
+	switch u.Scheme {
+	case "redis", "rediss":
+		opt, err := redis.ParseURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("bad redis URL: %w", err)
+		}
+		tune(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolSize)
+		rdb = redis.NewClient(opt)
+	case "redis+cluster", "rediss+cluster":
+		opt, err := redis.ParseClusterURL(strings.Replace(rawURL, "+cluster", "", 1))
+		if err != nil {
+			return nil, fmt.Errorf("bad redis cluster URL: %w", err)
+		}
+		tune(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolSize)
+		rdb = redis.NewClusterClient(opt)
+	case "redis+sentinel":
+		master := strings.Trim(u.Path, "/")
+		if master == "" || u.Host == "" {
+			return nil, fmt.Errorf("bad redis sentinel URL %q: want redis+sentinel://host:port[,host:port]/mastername", rawURL)
+		}
+		opt := &redis.FailoverOptions{MasterName: master, SentinelAddrs: strings.Split(u.Host, ",")}
+		if u.User != nil {
+			opt.Username = u.User.Username()
+			opt.Password, _ = u.User.Password()
+		}
+		tune(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolSize)
+		rdb = redis.NewFailoverClient(opt)
+	default:
+		return nil, fmt.Errorf("bad redis URL %q: the scheme must be redis, rediss, redis+cluster or redis+sentinel", rawURL)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("redis at %s does not answer: %w", u.Host, err)
+	}
+	return rdb, nil
+}
+
+func tune(dial, read, write *time.Duration, pool *int) {
+	if *dial == 0 {
+		*dial = 2 * time.Second
+	}
+	if *read == 0 {
+		*read = time.Second
+	}
+	if *write == 0 {
+		*write = time.Second
+	}
+	if *pool == 0 {
+		*pool = 64
+	}
+}

@@ -1,0 +1,24 @@
+package stock
+
+import "strconv"
+
+// DefaultPrefix is the key namespace when none is configured.
+const DefaultPrefix = "seckill"
+
+// Keys names the Redis keys of one activity. Every key carries the hash tag
+// {a<id>}, so one script can touch all of them on Redis Cluster.
+type Keys struct {
+	Meta   string // hash: stock, starts_ms, ends_ms
+	Stock  string // string: remaining stock
+	Buyers string // hash: <user id> -> <order id>, and "o:<order id>" -> <user id>
+	Orders string // stream: one entry per accepted grab: o=<order id> u=<user id> t=<unix ms>
+}
+
+// KeysFor returns the keys of activity id under prefix ("" means DefaultPrefix).
+func KeysFor(prefix string, id int64) Keys {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	base := prefix + ":{a" + strconv.FormatInt(id, 10) + "}:"
+	return Keys{Meta: base + "meta", Stock: base + "stock", Buyers: base + "buyers", Orders: base + "orders"}
+}

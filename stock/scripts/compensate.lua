@@ -1,0 +1,26 @@
+-- compensate.lua: give back the stock and the buyer mark of a failed order,
+-- exactly once. The buyer hash is the receipt: only while it still maps the
+-- user to this order is anything given back, so a repeated call, a call
+-- after the user grabbed again, or a call after a rebuild from the database
+-- changes nothing.
+--
+-- KEYS[1] stock   string
+-- KEYS[2] buyers  hash
+-- ARGV[1] uid  ARGV[2] oid
+-- ARGV[3] the user's order that the database holds ("" if none): the user
+--         keeps that one instead of losing the mark
+-- ARGV[4] pub/sub channel told that stock came back  ARGV[5] message
+--
+-- Returns 1 if stock was given back, 0 if nothing was to be done.
+if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then
+  return 0
+end
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3], 'o:' .. ARGV[3], ARGV[1])
+else
+  redis.call('HDEL', KEYS[2], ARGV[1])
+end
+redis.call('HDEL', KEYS[2], 'o:' .. ARGV[2])
+redis.call('INCR', KEYS[1])
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+return 1

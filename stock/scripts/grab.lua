@@ -1,0 +1,52 @@
+-- grab.lua: try a batch of grabs of one activity in one atomic step.
+--
+-- KEYS[1] meta    hash   starts_ms, ends_ms, stock
+-- KEYS[2] stock   string remaining stock
+-- KEYS[3] buyers  hash   <uid> -> <oid>, "o:<oid>" -> <uid>
+-- KEYS[4] orders  stream one entry per accepted grab
+-- ARGV[1], ARGV[2]   uid, oid of the first grab; then pairs for the others.
+--                    Ids are decimal strings: Lua numbers are doubles and
+--                    would round 64-bit ids.
+--
+-- Returns {status, remaining, code1, oid1, code2, oid2, ...}
+--   status: 0 ok (codes follow), 1 not loaded, 2 not started, 3 ended
+--   code:   0 new order (oid is the new order), 1 the user already has an
+--           order (oid is that order), 2 sold out (oid is "")
+local window = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms')
+local remaining = tonumber(redis.call('GET', KEYS[2]))
+if not window[1] or not window[2] or not remaining then
+  return {1, 0}
+end
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+if now < tonumber(window[1]) then
+  return {2, remaining}
+end
+if now >= tonumber(window[2]) then
+  return {3, remaining}
+end
+
+local out = {0, 0}
+local taken = 0
+for i = 1, #ARGV, 2 do
+  local uid, oid = ARGV[i], ARGV[i + 1]
+  local existing = redis.call('HGET', KEYS[3], uid)
+  if existing then
+    out[#out + 1] = 1
+    out[#out + 1] = existing
+  elseif remaining - taken <= 0 then
+    out[#out + 1] = 2
+    out[#out + 1] = ''
+  else
+    taken = taken + 1
+    redis.call('HSET', KEYS[3], uid, oid, 'o:' .. oid, uid)
+    redis.call('XADD', KEYS[4], '*', 'o', oid, 'u', uid, 't', now)
+    out[#out + 1] = 0
+    out[#out + 1] = oid
+  end
+end
+if taken > 0 then
+  remaining = redis.call('DECRBY', KEYS[2], taken)
+end
+out[2] = remaining
+return out

@@ -1,0 +1,127 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckilldev/seckill"
+)
+
+// ParseEntry turns an order stream entry (o=<oid> u=<uid> t=<ms>) into an
+// OrderRequest.
+func ParseEntry(activityID int64, m redis.XMessage) (seckill.OrderRequest, error) {
+	field := func(name string) (int64, error) {
+		s, _ := m.Values[name].(string)
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			return 0, fmt.Errorf("stock: stream entry %s of activity %d: bad field %s=%q", m.ID, activityID, name, s)
+		}
+		return n, nil
+	}
+	oid, err := field("o")
+	if err != nil {
+		return seckill.OrderRequest{}, err
+	}
+	uid, err := field("u")
+	if err != nil {
+		return seckill.OrderRequest{}, err
+	}
+	ms, err := field("t")
+	if err != nil {
+		return seckill.OrderRequest{}, err
+	}
+	return seckill.OrderRequest{OrderID: oid, ActivityID: activityID, UserID: uid,
+		CreatedAt: unixMilli(ms)}, nil
+}
+
+// StreamStats describes an activity's order stream.
+type StreamStats struct {
+	Length  int64 // entries in the stream (acknowledged ones until trimmed)
+	Pending int64 // delivered to a worker, not yet acknowledged
+	Lag     int64 // not yet delivered to any worker
+}
+
+// Backlog is the number of orders not yet written to the database.
+func (s StreamStats) Backlog() int64 { return s.Pending + s.Lag }
+
+// Stats returns the stream's figures; zero if the stream does not exist.
+func (e *Engine) Stats(ctx context.Context, activityID int64) (StreamStats, error) {
+	k := e.Keys(activityID)
+	groups, err := e.rdb.XInfoGroups(ctx, k.Orders).Result()
+	if err != nil {
+		if isNoStream(err) {
+			return StreamStats{}, nil
+		}
+		return StreamStats{}, err
+	}
+	length, err := e.rdb.XLen(ctx, k.Orders).Result()
+	if err != nil {
+		return StreamStats{}, err
+	}
+	st := StreamStats{Length: length}
+	for _, g := range groups {
+		if g.Name == Group {
+			st.Pending, st.Lag = g.Pending, max(g.Lag, 0)
+		}
+	}
+	return st, nil
+}
+
+// Trim deletes the acknowledged entries of the activity's stream: those
+// below both the lowest pending entry and the group's last delivered one.
+// Unacknowledged entries are never trimmed (XADD MAXLEN would lose them).
+func (e *Engine) Trim(ctx context.Context, activityID int64) (int64, error) {
+	k := e.Keys(activityID)
+	groups, err := e.rdb.XInfoGroups(ctx, k.Orders).Result()
+	if err != nil {
+		if isNoStream(err) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	var last string
+	for _, g := range groups {
+		if g.Name == Group {
+			last = g.LastDeliveredID
+		}
+	}
+	if last == "" || last == "0-0" {
+		return 0, nil
+	}
+	minID, err := nextID(last)
+	if err != nil {
+		return 0, err
+	}
+	p, err := e.rdb.XPending(ctx, k.Orders, Group).Result()
+	if err != nil {
+		return 0, err
+	}
+	if p.Count > 0 {
+		minID = p.Lower
+	}
+	return e.rdb.XTrimMinID(ctx, k.Orders, minID).Result()
+}
+
+// nextID returns the stream id right after id ("ms-seq").
+func nextID(id string) (string, error) {
+	ms, seq, ok := strings.Cut(id, "-")
+	n, err := strconv.ParseUint(seq, 10, 64)
+	if !ok || err != nil {
+		return "", fmt.Errorf("stock: bad stream id %q", id)
+	}
+	return ms + "-" + strconv.FormatUint(n+1, 10), nil
+}
+
+func isNoStream(err error) bool {
+	return errors.Is(err, redis.Nil) || strings.Contains(err.Error(), "no such key") ||
+		strings.HasPrefix(err.Error(), "NOGROUP")
+}
+
+// IsNoGroup reports whether err is Redis' NOGROUP: the stream or its group
+// does not exist (the activity is not loaded).
+func IsNoGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOGROUP") }

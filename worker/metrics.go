@@ -1,0 +1,59 @@
+package worker
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seckilldev/seckill"
+)
+
+// Metrics are the worker's Prometheus metrics.
+type Metrics struct {
+	Orders        *prometheus.CounterVec // by status (confirmed, failed) and reason
+	Compensations prometheus.Counter
+	Claimed       prometheus.Counter
+	Malformed     prometheus.Counter
+	BatchSeconds  prometheus.Histogram
+}
+
+// NewMetrics creates the metrics and registers them with reg, if not nil.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Orders: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "seckill_orders_written_total",
+			Help: "Orders whose outcome the worker wrote to the database, by status and failure reason.",
+		}, []string{"status", "reason"}),
+		Compensations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seckill_compensations_total",
+			Help: "Failed orders whose stock and buyer mark were handled in Redis.",
+		}),
+		Claimed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seckill_stream_claimed_total",
+			Help: "Stream entries claimed from idle consumers.",
+		}),
+		Malformed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seckill_stream_malformed_total",
+			Help: "Stream entries dropped because they name no order.",
+		}),
+		BatchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "seckill_worker_batch_seconds",
+			Help:    "Time to write, compensate and acknowledge one batch.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Orders, m.Compensations, m.Claimed, m.Malformed, m.BatchSeconds)
+	}
+	return m
+}
+
+func (m *Metrics) observe(outcomes []seckill.Outcome, took time.Duration) {
+	for _, o := range outcomes {
+		m.Orders.WithLabelValues(string(o.Status), o.Reason).Inc()
+		if o.Status == seckill.OrderFailed {
+			m.Compensations.Inc()
+		}
+	}
+	m.BatchSeconds.Observe(took.Seconds())
+}

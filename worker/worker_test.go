@@ -1,0 +1,223 @@
+package worker
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckilldev/seckill"
+	"github.com/seckilldev/seckill/internal/testenv"
+	"github.com/seckilldev/seckill/stock"
+	"github.com/seckilldev/seckill/store"
+)
+
+type fixture struct {
+	store  seckill.Store
+	engine *stock.Engine
+	act    seckill.Activity
+}
+
+func newFixture(t *testing.T, stockN int64) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "w.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { rdb.Close() })
+	e := stock.New(rdb, stock.Config{Prefix: testenv.Prefix(t)})
+	t.Cleanup(e.Close)
+	a := seckill.Activity{Name: "w", Stock: stockN, StartsAt: time.Now().Add(-time.Minute), EndsAt: time.Now().Add(time.Hour)}
+	if err := st.CreateActivity(ctx, &a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Load(ctx, a, nil); err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{store: st, engine: e, act: a}
+}
+
+// grab accepts n grabs of distinct users, with order ids 1000+uid.
+func (f *fixture) grab(t *testing.T, users ...int64) {
+	t.Helper()
+	for _, uid := range users {
+		if _, err := f.engine.Grab(context.Background(), f.act.ID, uid, 1000+uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (f *fixture) worker(name string, crash func(string) bool) *Worker {
+	w := New(f.store, f.engine, Config{Consumer: name, Batch: 4, Block: 100 * time.Millisecond,
+		ClaimIdle: 300 * time.Millisecond, Discover: 50 * time.Millisecond},
+		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	w.crashAt = crash
+	return w
+}
+
+// run runs w until cond holds (or 20s pass), then stops it.
+func run(t *testing.T, w *Worker, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			cancel()
+			<-done
+			t.Fatal("condition not reached in 20s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) confirmed(t *testing.T) int64 {
+	t.Helper()
+	buyers, err := f.store.Buyers(context.Background(), f.act.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(len(buyers))
+}
+
+func (f *fixture) drained(t *testing.T) bool {
+	st, err := f.engine.Stats(context.Background(), f.act.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Backlog() == 0
+}
+
+// TestCrashes: a worker dies after reading a batch and before the commit,
+// another after the commit and before the ack; a third claims their entries.
+// Every order ends confirmed exactly once.
+func TestCrashes(t *testing.T) {
+	for _, stage := range []string{"read", "committed"} {
+		t.Run(stage, func(t *testing.T) {
+			f := newFixture(t, 20)
+			f.grab(t, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+			var crashed atomic.Bool
+			dying := f.worker("dying", func(s string) bool {
+				if s == stage {
+					crashed.Store(true)
+					return true
+				}
+				return false
+			})
+			run(t, dying, crashed.Load)
+			if st, _ := f.engine.Stats(context.Background(), f.act.ID); st.Pending == 0 {
+				t.Fatalf("the crash left nothing pending: %+v", st)
+			}
+			wantBefore := int64(0)
+			if stage == "committed" {
+				wantBefore = 4 // one batch
+			}
+			if got := f.confirmed(t); got != wantBefore {
+				t.Fatalf("confirmed after the crash: got %d, want %d", got, wantBefore)
+			}
+			heir := f.worker("heir", nil)
+			run(t, heir, func() bool { return f.drained(t) })
+			if got := f.confirmed(t); got != 10 {
+				t.Errorf("confirmed after recovery: got %d, want 10", got)
+			}
+			a, _ := f.store.Activity(context.Background(), f.act.ID)
+			if a.Remaining != 10 {
+				t.Errorf("database remaining: got %d, want 10", a.Remaining)
+			}
+		})
+	}
+}
+
+// TestPoison: an entry that keeps killing its workers ends as a failed
+// order after MaxDeliveries, with its stock given back once.
+func TestPoison(t *testing.T) {
+	f := newFixture(t, 5)
+	f.grab(t, 1)
+	for i := range 7 {
+		var crashed atomic.Bool
+		w := f.worker("w"+string(rune('a'+i)), func(s string) bool {
+			if s == "read" {
+				crashed.Store(true)
+				return true
+			}
+			return false
+		})
+		run(t, w, func() bool { return crashed.Load() || f.drained(t) })
+		if f.drained(t) {
+			break
+		}
+		time.Sleep(350 * time.Millisecond) // let the entry go idle
+	}
+	healthy := f.worker("healthy", nil)
+	run(t, healthy, func() bool { return f.drained(t) })
+	o, err := f.store.Order(context.Background(), 1001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != seckill.OrderFailed || o.Reason != seckill.ReasonPoison {
+		t.Errorf("order: got %s/%s, want failed/poison", o.Status, o.Reason)
+	}
+	if n, _ := f.engine.Remaining(context.Background(), f.act.ID); n != 5 {
+		t.Errorf("redis remaining: got %d, want 5 (stock given back)", n)
+	}
+}
+
+// TestSoldOutInDatabase: the database holds less stock than Redis; the
+// extra orders fail with sold_out and their stock and marks come back.
+func TestSoldOutInDatabase(t *testing.T) {
+	f := newFixture(t, 10)
+	// Two orders that Redis never saw take the database's stock down to 8...
+	if _, err := f.store.ApplyOrders(context.Background(), []seckill.OrderRequest{
+		{OrderID: 1, ActivityID: f.act.ID, UserID: 901, CreatedAt: time.Now()},
+		{OrderID: 2, ActivityID: f.act.ID, UserID: 902, CreatedAt: time.Now()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// ...while Redis sells all 10.
+	users := []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	f.grab(t, users...)
+	w := f.worker("w", nil)
+	run(t, w, func() bool { return f.drained(t) })
+	var confirmed, failed int
+	var mu sync.Mutex
+	for _, uid := range users {
+		o, err := f.store.Order(context.Background(), 1000+uid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		switch o.Status {
+		case seckill.OrderConfirmed:
+			confirmed++
+		case seckill.OrderFailed:
+			failed++
+			if o.Reason != seckill.ReasonSoldOut {
+				t.Errorf("failure reason %q, want sold_out", o.Reason)
+			}
+			if _, ok, _ := f.engine.OrderOwner(context.Background(), f.act.ID, 1000+uid); ok {
+				t.Errorf("failed order %d still marked in redis", 1000+uid)
+			}
+		}
+		mu.Unlock()
+	}
+	if confirmed != 8 || failed != 2 {
+		t.Errorf("got %d confirmed and %d failed, want 8 and 2", confirmed, failed)
+	}
+	if n, _ := f.engine.Remaining(context.Background(), f.act.ID); n != 2 {
+		t.Errorf("redis remaining: got %d, want 2 (given back)", n)
+	}
+}
