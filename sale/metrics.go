@@ -17,7 +17,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Grabs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "seckill_grabs_total",
-			Help: "Grab requests by outcome: accepted, or the error code answered.",
+			Help: "Grab requests by outcome: accepted (a new order), existing (the user's order again), or the error code answered.",
 		}, []string{"outcome"}),
 		Loads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "seckill_activity_loads_total",
@@ -30,10 +30,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) grab(err error) {
-	if err == nil {
+func (m *Metrics) grab(g Grabbed, err error) {
+	switch {
+	case err != nil:
+		m.Grabs.WithLabelValues(seckill.ErrorCode(err)).Inc()
+	case g.New:
 		m.Grabs.WithLabelValues("accepted").Inc()
-		return
+	default:
+		m.Grabs.WithLabelValues("existing").Inc()
 	}
-	m.Grabs.WithLabelValues(seckill.ErrorCode(err)).Inc()
 }

@@ -143,7 +143,7 @@ var (
 
 // Grab tries to buy one unit of activity id for user uid.
 func (s *Service) Grab(ctx context.Context, id, uid int64) (g Grabbed, err error) {
-	defer func() { s.stats.grab(err) }()
+	defer func() { s.stats.grab(g, err) }()
 	if uid <= 0 {
 		return Grabbed{}, seckill.Errorf(seckill.EINVALID, "user id must be a positive integer")
 	}

@@ -65,8 +65,22 @@ func (e *Engine) Stats(ctx context.Context, activityID int64) (StreamStats, erro
 	}
 	st := StreamStats{Length: length}
 	for _, g := range groups {
-		if g.Name == Group {
-			st.Pending, st.Lag = g.Pending, max(g.Lag, 0)
+		if g.Name != Group {
+			continue
+		}
+		st.Pending = g.Pending
+		// The lag Redis reports can be unknown (-1 after deletions) or, on
+		// embedded servers, wrong; whether anything waits is checked here.
+		next, err := nextID(g.LastDeliveredID)
+		if err != nil {
+			return StreamStats{}, err
+		}
+		waiting, err := e.rdb.XRangeN(ctx, k.Orders, next, "+", 1).Result()
+		if err != nil {
+			return StreamStats{}, err
+		}
+		if len(waiting) > 0 {
+			st.Lag = max(g.Lag, 1)
 		}
 	}
 	return st, nil

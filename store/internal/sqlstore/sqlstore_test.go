@@ -1,0 +1,149 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/seckilldev/seckill"
+)
+
+var (
+	confirmed = seckill.Outcome{Status: seckill.OrderConfirmed}
+	soldOut   = seckill.Outcome{Status: seckill.OrderFailed, Reason: seckill.ReasonSoldOut}
+)
+
+func dup(id int64) seckill.Outcome {
+	return seckill.Outcome{Status: seckill.OrderFailed, Reason: seckill.ReasonDuplicate, ExistingOrderID: id}
+}
+
+func TestApply(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 123_456_789, time.UTC)
+	at := time.Date(2030, 1, 1, 1, 0, 0, 999_999_999, time.FixedZone("UTC+1", 3600))
+	r := func(order, activity, user int64) seckill.OrderRequest {
+		return seckill.OrderRequest{OrderID: order, ActivityID: activity, UserID: user, CreatedAt: at}
+	}
+	f := NewFacts()
+	f.Remaining[1] = 2
+	f.Remaining[2] = 0
+	f.Outcomes[10] = confirmed
+	f.Outcomes[11] = soldOut
+	f.Holders[Key{1, 100}] = 10
+
+	reqs := []seckill.OrderRequest{
+		r(10, 1, 100), // redelivered: confirmed
+		r(11, 1, 101), // redelivered: its failure
+		r(12, 1, 100), // user holds 10
+		r(14, 1, 102), // takes the first unit
+		r(13, 1, 102), // same user in the batch
+		r(14, 1, 102), // same order in the batch
+		r(15, 2, 103), // activity without stock
+		r(16, 3, 104), // activity that does not exist
+		r(17, 1, 105), // takes the last unit
+		r(18, 1, 106), // none left
+		{OrderID: 19, ActivityID: 1, UserID: 100}, // no CreatedAt, holder first
+	}
+	p := Apply(reqs, f, now)
+	want := []seckill.Outcome{confirmed, soldOut, dup(10), confirmed, dup(14), confirmed, soldOut, soldOut, confirmed, soldOut, dup(10)}
+	if !slices.Equal(p.Outcomes, want) {
+		t.Errorf("outcomes:\n got %v\nwant %v", p.Outcomes, want)
+	}
+	if got := p.Take; !slices.Equal(got, []Take{{ActivityID: 1, N: 2}}) {
+		t.Errorf("take = %v, want 2 of activity 1", got)
+	}
+	var confirmedIDs, failedIDs []int64
+	for _, c := range p.Confirm {
+		confirmedIDs = append(confirmedIDs, c.OrderID)
+		if !c.CreatedAt.Equal(time.Date(2030, 1, 1, 0, 0, 0, 999_000_000, time.UTC)) || c.CreatedAt.Location() != time.UTC {
+			t.Errorf("order %d: CreatedAt = %v, want UTC truncated to ms", c.OrderID, c.CreatedAt)
+		}
+	}
+	for _, f := range p.Fail {
+		failedIDs = append(failedIDs, f.Req.OrderID)
+	}
+	if !slices.Equal(confirmedIDs, []int64{14, 17}) || !slices.Equal(failedIDs, []int64{12, 13, 15, 16, 18, 19}) {
+		t.Errorf("rows: confirm %v, fail %v; want [14 17] and [12 13 15 16 18 19], sorted", confirmedIDs, failedIDs)
+	}
+	if last := p.Fail[len(p.Fail)-1]; !last.Req.CreatedAt.Equal(Millis(now)) {
+		t.Errorf("order 19: CreatedAt = %v, want now %v", last.Req.CreatedAt, Millis(now))
+	}
+}
+
+func TestFail(t *testing.T) {
+	f := NewFacts()
+	f.Outcomes[1] = confirmed
+	f.Outcomes[2] = soldOut
+	reqs := []seckill.OrderRequest{{OrderID: 3}, {OrderID: 1}, {OrderID: 2}, {OrderID: 3}}
+	p := Fail(reqs, seckill.ReasonPoison, f, time.Now())
+	poison := seckill.Outcome{Status: seckill.OrderFailed, Reason: seckill.ReasonPoison}
+	if want := []seckill.Outcome{poison, confirmed, soldOut, poison}; !slices.Equal(p.Outcomes, want) {
+		t.Errorf("outcomes = %v, want %v", p.Outcomes, want)
+	}
+	if len(p.Fail) != 1 || p.Fail[0].Req.OrderID != 3 || len(p.Confirm) != 0 || len(p.Take) != 0 {
+		t.Errorf("plan = %+v, want one failure row for order 3", p)
+	}
+}
+
+func TestRetry(t *testing.T) {
+	ctx := context.Background()
+	errRetry := errors.New("retry me")
+	never := func(error) bool { return false }
+	only := func(err error) bool { return errors.Is(err, errRetry) }
+
+	runs := 0
+	err := Retry(ctx, never, func() error {
+		runs++
+		if runs < 3 {
+			return ErrConflict
+		}
+		return nil
+	})
+	if err != nil || runs != 3 {
+		t.Errorf("conflicts then success: err %v after %d runs, want nil after 3", err, runs)
+	}
+
+	runs = 0
+	err = Retry(ctx, only, func() error { runs++; return errRetry })
+	if !errors.Is(err, errRetry) || runs != MaxAttempts {
+		t.Errorf("persistent: err %v after %d runs, want %v after %d", err, runs, errRetry, MaxAttempts)
+	}
+
+	runs = 0
+	errOther := errors.New("permanent")
+	err = Retry(ctx, only, func() error { runs++; return errOther })
+	if err != errOther || runs != 1 {
+		t.Errorf("permanent: err %v after %d runs, want it at once", err, runs)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	err = Retry(cctx, only, func() error { return errRetry })
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: err %v, want context.Canceled", err)
+	}
+}
+
+func TestCeilMillis(t *testing.T) {
+	base := time.Date(2030, 1, 1, 0, 0, 0, 5_000_000, time.UTC)
+	for _, tt := range []struct{ in, want time.Time }{
+		{base, base},
+		{base.Add(1), base.Add(time.Millisecond)},
+		{base.Add(-1), base},
+		{base.In(time.FixedZone("X", 3600)), base},
+	} {
+		if got := CeilMillis(tt.in); !got.Equal(tt.want) || got.Location() != time.UTC {
+			t.Errorf("CeilMillis(%v) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestParams(t *testing.T) {
+	if got := Params(3); got != "?,?,?" {
+		t.Errorf("Params(3) = %q", got)
+	}
+	if got := Rows("(?, ?)", 2); got != "(?, ?),(?, ?)" {
+		t.Errorf("Rows = %q", got)
+	}
+}
