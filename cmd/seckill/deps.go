@@ -44,13 +44,13 @@ func (b *backendFlags) open(ctx context.Context, log *slog.Logger) (*backends, e
 	bk := &backends{}
 	var err error
 	if b.redisURL == "" {
-		m := miniredis.NewMiniRedis()
-		if err := m.StartAddr("127.0.0.1:0"); err != nil {
-			return nil, fmt.Errorf("start embedded redis: %w", err)
+		url, stop, err := startEmbeddedRedis()
+		if err != nil {
+			return nil, err
 		}
-		bk.closers = append(bk.closers, func() error { m.Close(); return nil })
-		log.Info("embedded redis started (pass --redis to use a real server)", "addr", m.Addr())
-		b.redisURL = "redis://" + m.Addr()
+		bk.closers = append(bk.closers, stop)
+		log.Info("embedded redis started (pass --redis to use a real server)", "url", url)
+		b.redisURL = url
 	}
 	bk.rdb, err = stock.Dial(ctx, b.redisURL)
 	if err != nil {
@@ -81,4 +81,14 @@ func (bk *backends) close() error {
 	}
 	bk.closers = nil
 	return errors.Join(errs...)
+}
+
+// startEmbeddedRedis starts miniredis on a loopback port: a Redis-protocol
+// server in this process that runs the same Lua scripts as Redis.
+func startEmbeddedRedis() (url string, stop func() error, err error) {
+	m := miniredis.NewMiniRedis()
+	if err := m.StartAddr("127.0.0.1:0"); err != nil {
+		return "", nil, fmt.Errorf("start embedded redis: %w", err)
+	}
+	return "redis://" + m.Addr(), func() error { m.Close(); return nil }, nil
 }

@@ -22,6 +22,7 @@ const usage = `usage: seckill <command> [flags]
 commands:
   serve    run the HTTP API and the order worker
   worker   run the order worker alone
+  demo     run a whole sale on embedded defaults and verify it
   help     show this text
 
 Run "seckill <command> -h" for a command's flags. Every flag has an
@@ -46,6 +47,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		err = serveCmd(ctx, args[1:], stdout, stderr)
+	case "demo":
+		err = demoCmd(ctx, args[1:], stdout, stderr)
 	case "worker":
 		err = workerCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/seckilldev/seckill/check"
+	"github.com/seckilldev/seckill/loadgen"
+	"github.com/seckilldev/seckill/stock"
+)
+
+type demoConfig struct {
+	stock       int64
+	users       int
+	repeat      float64
+	concurrency int
+	countdown   time.Duration
+	redisURL    string
+	dbURL       string
+	jsonOut     bool
+}
+
+func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c demoConfig
+	fs := newFlagSet("demo", stderr)
+	fs.Int64Var(&c.stock, "stock", 100, "units on sale")
+	fs.IntVar(&c.users, "users", 10000, "distinct users in the crowd")
+	fs.Float64Var(&c.repeat, "repeat", 0.2, "share of requests that are a user clicking again, in [0, 0.95]")
+	fs.IntVar(&c.concurrency, "concurrency", 64, "connections the crowd uses")
+	fs.DurationVar(&c.countdown, "countdown", 3*time.Second, "time from creating the sale to its start")
+	fs.StringVar(&c.redisURL, "redis", "", "Redis URL (default: an embedded Redis in this process)")
+	fs.StringVar(&c.dbURL, "db", "", "database URL (default: a SQLite file in a temporary directory)")
+	fs.BoolVar(&c.jsonOut, "json", false, "print the report as JSON")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	switch {
+	case c.stock < 1 || c.stock > 10_000_000:
+		return usagef("--stock: %d is not between 1 and 10000000", c.stock)
+	case c.users < 1 || c.users > 10_000_000:
+		return usagef("--users: %d is not between 1 and 10000000", c.users)
+	case c.repeat < 0 || c.repeat > 0.95:
+		return usagef("--repeat: %v is not between 0 and 0.95", c.repeat)
+	case c.concurrency < 1 || c.concurrency > 10000:
+		return usagef("--concurrency: %d is not between 1 and 10000", c.concurrency)
+	case c.countdown < 0 || c.countdown > time.Hour:
+		return usagef("--countdown: %v is not between 0 and 1h", c.countdown)
+	}
+	return runDemo(ctx, c, stdout, stderr)
+}
+
+// demoReport is what `seckill demo --json` prints.
+type demoReport struct {
+	Load   *loadgen.Report `json:"load"`
+	Checks *check.Report   `json:"checks"`
+	OK     bool            `json:"ok"`
+}
+
+func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error {
+	say := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+	if c.redisURL == "" {
+		url, stop, err := startEmbeddedRedis()
+		if err != nil {
+			return err
+		}
+		defer stop()
+		c.redisURL = url
+		say("redis:    embedded (%s), running the same Lua scripts as a real Redis", url)
+	} else {
+		say("redis:    %s", c.redisURL)
+	}
+	if c.dbURL == "" {
+		dir, err := os.MkdirTemp("", "seckill-demo")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		c.dbURL = "sqlite://" + filepath.Join(dir, "demo.db")
+		say("database: embedded SQLite (%s)", strings.TrimPrefix(c.dbURL, "sqlite://"))
+	} else {
+		say("database: %s", redactURL(c.dbURL))
+	}
+
+	// The service, in this process, on a loopback port.
+	token := "demo-" + randomHex(8)
+	prefix := "demo" + randomHex(4)
+	ready := make(chan string, 1)
+	srvCtx, stopSrv := context.WithCancel(ctx)
+	defer stopSrv()
+	srvDone := make(chan error, 1)
+	go func() {
+		srvDone <- runServe(srvCtx, serveConfig{listen: "127.0.0.1:0", adminToken: token,
+			backend: backendFlags{redisURL: c.redisURL, dbURL: c.dbURL, prefix: prefix},
+			worker:  workerFlags{batch: 200, claimIdle: 15 * time.Second},
+			logs:    logFlags{level: "warn", format: "text"},
+			ready:   func(addr string) { ready <- addr }}, io.Discard, stderr)
+	}()
+	var base string
+	select {
+	case addr := <-ready:
+		base = "http://" + addr
+	case err := <-srvDone:
+		return fmt.Errorf("start the service: %w", err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	say("service:  %s (HTTP API, order worker)", base)
+
+	startsAt := time.Now().Add(c.countdown).Truncate(time.Millisecond)
+	id, err := createSale(ctx, base, token, c.stock, startsAt)
+	if err != nil {
+		return err
+	}
+	say("sale:     activity %d, %d units, starts %s", id, c.stock, startsAt.Format("15:04:05.000"))
+	go countdown(ctx, startsAt, stderr)
+
+	rep, err := loadgen.Run(ctx, loadgen.Config{URL: base, ActivityID: id, Users: c.users,
+		Concurrency: c.concurrency, RepeatShare: c.repeat, StartAt: startsAt,
+		WatchRemaining: true, Progress: loadgen.ProgressWriter(stderr)})
+	if err != nil {
+		return fmt.Errorf("crowd: %w", err)
+	}
+
+	say("waiting for the order worker to write every order to the database...")
+	rdb, err := stock.Dial(ctx, c.redisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	drainErr := check.WaitDrained(ctx, rdb, prefix, id, 2*time.Minute)
+	if drainErr != nil {
+		say("not drained: %v", drainErr)
+	}
+	db, err := check.Open(ctx, c.dbURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	res, err := check.Run(ctx, check.Config{DB: db, Redis: rdb, Prefix: prefix, ActivityID: id,
+		Answers: &check.Answers{ByUser: rep.OrdersByUser(), Uncertain: rep.UncertainUsers()}})
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	stopSrv()
+	if err := <-srvDone; err != nil {
+		say("service stopped with: %v", err)
+	}
+
+	if c.jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(demoReport{Load: rep, Checks: res, OK: res.OK()}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(stdout)
+		_ = rep.WriteTable(stdout)
+		fmt.Fprintln(stdout)
+		_ = res.WriteTable(stdout)
+		fmt.Fprintln(stdout)
+	}
+	if !res.OK() {
+		return fmt.Errorf("invariants violated: %v", res.Err())
+	}
+	fmt.Fprintf(stdout, "PASS: sold %d of %d, 0 oversold, 0 duplicates, 0 lost orders (checked against the database)\n",
+		res.Confirmed, res.Stock)
+	return nil
+}
+
+// createSale creates the demo's activity through the admin API.
+func createSale(ctx context.Context, base, token string, stockN int64, startsAt time.Time) (int64, error) {
+	body := fmt.Sprintf(`{"name":"demo flash sale","stock":%d,"starts_at":%q,"ends_at":%q}`, stockN,
+		startsAt.UTC().Format(time.RFC3339Nano), startsAt.Add(time.Hour).UTC().Format(time.RFC3339Nano))
+	req, err := http.NewRequestWithContext(ctx, "POST", base+"/api/v1/activities", strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("create the sale: %w", err)
+	}
+	defer resp.Body.Close()
+	var a struct {
+		ID    int64 `json:"id"`
+		Error *struct {
+			Code, Message string
+		} `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil || resp.StatusCode != http.StatusCreated {
+		return 0, fmt.Errorf("create the sale: HTTP %d %+v %v", resp.StatusCode, a.Error, err)
+	}
+	return a.ID, nil
+}
+
+// countdown prints the seconds left until the start.
+func countdown(ctx context.Context, startsAt time.Time, w io.Writer) {
+	for {
+		left := time.Until(startsAt)
+		if left <= 0 {
+			fmt.Fprintln(w, "GO! the crowd is released")
+			return
+		}
+		fmt.Fprintf(w, "sale starts in %.0fs...\n", left.Seconds())
+		step := left - left.Truncate(time.Second)
+		if step <= 0 {
+			step = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(step):
+		}
+	}
+}
