@@ -10,6 +10,10 @@ import (
 type Metrics struct {
 	Grabs *prometheus.CounterVec // by outcome: accepted, or an error code
 	Loads prometheus.Counter
+
+	// outcomes holds the counters of the usual outcomes, resolved once:
+	// a grab should not pay for hashing label values.
+	outcomes map[string]prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg, if not nil.
@@ -27,16 +31,25 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.Grabs, m.Loads)
 	}
+	m.outcomes = map[string]prometheus.Counter{}
+	for _, o := range []string{"accepted", "existing", seckill.ESOLDOUT, seckill.ENOTSTARTED, seckill.EENDED,
+		seckill.ENOTFOUND, seckill.EINVALID, seckill.EUNAVAILABLE} {
+		m.outcomes[o] = m.Grabs.WithLabelValues(o)
+	}
 	return m
 }
 
 func (m *Metrics) grab(g Grabbed, err error) {
+	outcome := "existing"
 	switch {
 	case err != nil:
-		m.Grabs.WithLabelValues(seckill.ErrorCode(err)).Inc()
+		outcome = seckill.ErrorCode(err)
 	case g.New:
-		m.Grabs.WithLabelValues("accepted").Inc()
-	default:
-		m.Grabs.WithLabelValues("existing").Inc()
+		outcome = "accepted"
 	}
+	c := m.outcomes[outcome]
+	if c == nil {
+		c = m.Grabs.WithLabelValues(outcome)
+	}
+	c.Inc()
 }

@@ -23,6 +23,7 @@ commands:
   serve    run the HTTP API and the order worker
   worker   run the order worker alone
   demo     run a whole sale on embedded defaults and verify it
+  bench    load-test a service and verify it; --baseline, --compare
   help     show this text
 
 Run "seckill <command> -h" for a command's flags. Every flag has an
@@ -49,6 +50,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = serveCmd(ctx, args[1:], stdout, stderr)
 	case "demo":
 		err = demoCmd(ctx, args[1:], stdout, stderr)
+	case "bench":
+		err = benchCmd(ctx, args[1:], stdout, stderr)
+	case "baseline-server":
+		err = baselineServerCmd(ctx, args[1:], stdout, stderr)
 	case "worker":
 		err = workerCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":

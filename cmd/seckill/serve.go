@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ type serveConfig struct {
 	listen     string
 	adminToken string
 	noWorker   bool
+	debug      string
 	backend    backendFlags
 	worker     workerFlags
 	logs       logFlags
@@ -38,6 +40,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address the HTTP API listens on")
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of the admin API (default: a random token, printed once)")
 	fs.BoolVar(&c.noWorker, "no-worker", false, "run the API alone, without the order worker")
+	fs.StringVar(&c.debug, "debug-listen", "", "address to serve Go's pprof profiles on (default: none)")
 	c.backend.register(fs, "sqlite://seckill.db")
 	c.worker.register(fs)
 	c.logs.register(fs)
@@ -107,9 +110,18 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 		}()
 	}
 
+	if c.debug != "" {
+		stopDebug, err := serveDebug(c.debug)
+		if err != nil {
+			return err
+		}
+		defer stopDebug()
+	}
+
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "worker", !c.noWorker)
+	fmt.Fprintf(stdout, "listening on %s\n", ln.Addr())
 	if c.ready != nil {
 		c.ready(ln.Addr().String())
 	}
@@ -148,4 +160,19 @@ func health(bk *backends) map[string]httpapi.Health {
 		"redis":    func(ctx context.Context) error { return bk.rdb.Ping(ctx).Err() },
 		"database": bk.store.Ping,
 	}
+}
+
+// serveDebug serves net/http/pprof on its own listener, away from the API.
+func serveDebug(addr string) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, usagef("--debug-listen: %v", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return func() { srv.Close() }, nil
 }

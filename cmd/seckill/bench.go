@@ -1,0 +1,376 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/seckilldev/seckill/check"
+	"github.com/seckilldev/seckill/loadgen"
+	"github.com/seckilldev/seckill/stock"
+)
+
+type benchConfig struct {
+	target      string
+	activity    int64
+	adminToken  string
+	redisURL    string
+	dbURL       string
+	prefix      string
+	users       int
+	concurrency int
+	requests    int64
+	duration    time.Duration
+	repeat      float64
+	stock       int64
+	baseline    bool
+	compare     bool
+	noWorker    bool
+	jsonOut     bool
+}
+
+func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c benchConfig
+	fs := newFlagSet("bench", stderr)
+	fs.StringVar(&c.target, "target", "", "base URL of a running service (default: start one, as a child process, on --redis and --db)")
+	fs.Int64Var(&c.activity, "activity", 0, "with --target: the activity to grab (default: create one with --admin-token)")
+	fs.StringVar(&c.adminToken, "admin-token", "", "with --target: the service's admin token, to create the sale")
+	fs.StringVar(&c.redisURL, "redis", "", "Redis URL of the service: to verify, and to self-host on (default when self-hosting: embedded, which says little about production)")
+	fs.StringVar(&c.dbURL, "db", "", "database URL of the service: to verify, and to self-host on (default when self-hosting: a temporary SQLite file)")
+	fs.StringVar(&c.prefix, "redis-prefix", stock.DefaultPrefix, "with --target: the service's Redis key namespace")
+	fs.IntVar(&c.users, "users", 50000, "distinct users in the crowd")
+	fs.IntVar(&c.concurrency, "concurrency", 64, "connections")
+	fs.Int64Var(&c.requests, "requests", 0, "requests to send (default: every user once, plus the repeated clicks)")
+	fs.DurationVar(&c.duration, "duration", time.Minute, "bound on the time spent sending")
+	fs.Float64Var(&c.repeat, "repeat", 0.2, "share of requests that are a user clicking again, in [0, 0.95]")
+	fs.Int64Var(&c.stock, "stock", 1000, "units on sale")
+	fs.BoolVar(&c.baseline, "baseline", false, "measure against a trivial handler in a separate process, in two scenarios (every grab succeeds; after the sell-out), and print ratios")
+	fs.BoolVar(&c.compare, "compare", false, "compare grab strategies (database alone, global lock, per-activity lock, per-user lock, no lock, Lua)")
+	fs.BoolVar(&c.noWorker, "no-worker", false, "when self-hosting: run the service without the order worker (measures the grab path alone)")
+	fs.BoolVar(&c.jsonOut, "json", false, "print the results as JSON")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	switch {
+	case c.users < 1 || c.users > 50_000_000:
+		return usagef("--users: %d is not between 1 and 50000000", c.users)
+	case c.concurrency < 1 || c.concurrency > 10000:
+		return usagef("--concurrency: %d is not between 1 and 10000", c.concurrency)
+	case c.requests < 0:
+		return usagef("--requests: %d is negative", c.requests)
+	case c.duration <= 0 || c.duration > 24*time.Hour:
+		return usagef("--duration: %v is not between 0 and 24h", c.duration)
+	case c.repeat < 0 || c.repeat > 0.95:
+		return usagef("--repeat: %v is not between 0 and 0.95", c.repeat)
+	case c.stock < 1 || c.stock > 100_000_000:
+		return usagef("--stock: %d is not between 1 and 100000000", c.stock)
+	case c.target != "" && c.activity == 0 && c.adminToken == "":
+		return usagef("--target needs --activity or --admin-token")
+	case c.baseline && c.compare:
+		return usagef("--baseline and --compare are separate runs")
+	}
+	if c.compare {
+		return runCompare(ctx, c, stdout, stderr)
+	}
+	return runBench(ctx, c, stdout, stderr)
+}
+
+// benchResult is what `seckill bench --json` prints.
+type benchResult struct {
+	Load      *loadgen.Report `json:"load,omitempty"`
+	Checks    *check.Report   `json:"checks,omitempty"`
+	Scenarios []scenario      `json:"scenarios,omitempty"`
+	OK        bool            `json:"ok"`
+}
+
+type scenario struct {
+	Name     string          `json:"name"`
+	Grab     *loadgen.Report `json:"grab"`
+	Baseline *loadgen.Report `json:"baseline"`
+	Ratio    float64         `json:"ratio"`
+	Target   float64         `json:"target_ratio"`
+}
+
+func runBench(ctx context.Context, c benchConfig, stdout, stderr io.Writer) error {
+	say := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+	if c.target == "" {
+		svc, err := startChildService(ctx, &c, stderr)
+		if err != nil {
+			return err
+		}
+		defer svc.stop()
+	}
+	if c.baseline {
+		return runBaseline(ctx, c, stdout, stderr)
+	}
+	if c.activity == 0 {
+		id, err := createSale(ctx, c.target, c.adminToken, c.stock, time.Now().Add(time.Second))
+		if err != nil {
+			return err
+		}
+		c.activity = id
+		say("created activity %d with %d units, starting in 1s", id, c.stock)
+	}
+	cfg := loadgen.Config{URL: c.target, ActivityID: c.activity, Users: c.users, Concurrency: c.concurrency,
+		Requests: c.requests, Duration: c.duration, RepeatShare: c.repeat, WatchRemaining: true,
+		Progress: loadgen.ProgressWriter(stderr), StartAt: time.Now().Add(time.Second)}
+	rep, err := loadgen.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	res := benchResult{Load: rep, OK: rep.UsersConflicting == 0}
+	if c.dbURL != "" {
+		checks, err := verify(ctx, c, rep, stderr)
+		if err != nil {
+			return err
+		}
+		res.Checks, res.OK = checks, res.OK && checks.OK()
+	} else {
+		say("pass --db (and --redis) to verify the invariants against the database")
+	}
+	if c.jsonOut {
+		if err := writeJSON(stdout, res); err != nil {
+			return err
+		}
+	} else {
+		_ = rep.WriteTable(stdout)
+		if res.Checks != nil {
+			fmt.Fprintln(stdout)
+			_ = res.Checks.WriteTable(stdout)
+		}
+	}
+	if !res.OK {
+		return fmt.Errorf("invariants violated")
+	}
+	return nil
+}
+
+// verify waits for the worker to drain, then checks the invariants.
+func verify(ctx context.Context, c benchConfig, rep *loadgen.Report, stderr io.Writer) (*check.Report, error) {
+	cfg := check.Config{ActivityID: c.activity, Prefix: c.prefix,
+		Answers: &check.Answers{ByUser: rep.OrdersByUser(), Uncertain: rep.UncertainUsers()}}
+	if c.redisURL != "" {
+		rdb, err := stock.Dial(ctx, c.redisURL)
+		if err != nil {
+			return nil, fmt.Errorf("--redis: %w", err)
+		}
+		defer rdb.Close()
+		fmt.Fprintln(stderr, "waiting for the order worker to drain...")
+		if err := check.WaitDrained(ctx, rdb, c.prefix, c.activity, 5*time.Minute); err != nil {
+			fmt.Fprintf(stderr, "not drained: %v\n", err)
+		}
+		cfg.Redis = rdb
+	}
+	db, err := check.Open(ctx, c.dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("--db: %w", err)
+	}
+	defer db.Close()
+	cfg.DB = db
+	return check.Run(ctx, cfg)
+}
+
+// runBaseline measures two scenarios against a trivial handler in a process
+// of its own, with the same generator settings, and prints the ratios.
+func runBaseline(ctx context.Context, c benchConfig, stdout, stderr io.Writer) error {
+	say := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+	base, stopBase, err := startChild(ctx, stderr, "baseline-server")
+	if err != nil {
+		return err
+	}
+	defer stopBase()
+	requests := c.requests
+	if requests == 0 {
+		requests = 200_000
+	}
+	common := loadgen.Config{Concurrency: c.concurrency, Requests: requests, Duration: c.duration}
+
+	var out []scenario
+	// 1. Every grab succeeds: a stock nobody can exhaust, every user new.
+	id, err := createSale(ctx, c.target, c.adminToken, 100_000_000, time.Now().Add(500*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	time.Sleep(600 * time.Millisecond)
+	cfg := common
+	cfg.ActivityID, cfg.Users, cfg.FirstUserID = id, int(min(requests, 50_000_000)), 1
+	s, err := measurePair(ctx, "every grab succeeds", 0.6, cfg, c.target, base, say)
+	if err != nil {
+		return err
+	}
+	out = append(out, s)
+
+	// 2. After the sell-out: the common case of a real sale.
+	id, err = createSale(ctx, c.target, c.adminToken, 1, time.Now().Add(500*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	time.Sleep(600 * time.Millisecond)
+	cfg = common
+	cfg.ActivityID, cfg.Users, cfg.RepeatShare = id, c.users, c.repeat
+	if cfg.Requests == 0 {
+		cfg.Requests = requests
+	}
+	s, err = measurePair(ctx, "after the sell-out", 0.85, cfg, c.target, base, say)
+	if err != nil {
+		return err
+	}
+	out = append(out, s)
+
+	if c.jsonOut {
+		return writeJSON(stdout, benchResult{Scenarios: out, OK: true})
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "SCENARIO\tGRAB req/s\tBASELINE req/s\tRATIO\tTARGET\tGRAB p50\tp99\tBASELINE p99\n")
+	for _, s := range out {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t>= %.2f\t%s\t%s\t%s\n", s.Name, s.Grab.Throughput, s.Baseline.Throughput,
+			s.Ratio, s.Target, s.Grab.Latency.P50.Round(time.Microsecond), s.Grab.Latency.P99.Round(time.Microsecond),
+			s.Baseline.Latency.P99.Round(time.Microsecond))
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(stdout, "\n%d connections, %d requests per run; generator, service, Redis and baseline share this machine (%d CPUs)\n",
+		c.concurrency, requests, numCPU())
+	return nil
+}
+
+// measurePair runs the baseline, then the grab, with the same settings.
+func measurePair(ctx context.Context, name string, target float64, cfg loadgen.Config, grabURL, baseURL string, say func(string, ...any)) (scenario, error) {
+	say("%s: baseline...", name)
+	b, err := loadgen.MeasureBaseline(ctx, cfg, baseURL)
+	if err != nil {
+		return scenario{}, err
+	}
+	say("%s: grab...", name)
+	cfg.URL = grabURL
+	g, err := loadgen.Run(ctx, cfg)
+	if err != nil {
+		return scenario{}, err
+	}
+	if g.Counts.Other+g.Counts.Errors+g.Counts.Timeouts+g.Counts.Unavailable > 0 {
+		say("%s: %d requests failed: %v", name, g.Counts.Other+g.Counts.Errors+g.Counts.Timeouts+g.Counts.Unavailable, g.Samples)
+	}
+	return scenario{Name: name, Grab: g, Baseline: b, Ratio: loadgen.Ratio(g, b), Target: target}, nil
+}
+
+// childService is a `seckill serve` started by the bench.
+type childService struct{ stop func() }
+
+// startChildService runs `seckill serve` in a child process on c's backends
+// and points c at it.
+func startChildService(ctx context.Context, c *benchConfig, stderr io.Writer) (*childService, error) {
+	if c.redisURL == "" {
+		fmt.Fprintln(stderr, "warning: no --redis: the service runs on the embedded Redis, which is built for demos, not speed")
+	}
+	var cleanup []func()
+	if c.dbURL == "" {
+		dir, err := os.MkdirTemp("", "seckill-bench")
+		if err != nil {
+			return nil, err
+		}
+		cleanup = append(cleanup, func() { os.RemoveAll(dir) })
+		c.dbURL = "sqlite://" + filepath.Join(dir, "bench.db")
+	}
+	c.adminToken = "bench-" + randomHex(8)
+	c.prefix = "bench" + randomHex(4)
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--admin-token", c.adminToken, "--db", c.dbURL,
+		"--redis-prefix", c.prefix, "--log-level", "warn"}
+	if c.redisURL != "" {
+		args = append(args, "--redis", c.redisURL)
+	}
+	if c.noWorker {
+		args = append(args, "--no-worker")
+	}
+	url, stop, err := startChild(ctx, stderr, args...)
+	if err != nil {
+		for _, f := range cleanup {
+			f()
+		}
+		return nil, err
+	}
+	c.target = url
+	return &childService{stop: func() {
+		stop()
+		for _, f := range cleanup {
+			f()
+		}
+	}}, nil
+}
+
+// startChild runs this executable with args and waits for the line
+// "listening on <addr>" on its stdout. stop sends SIGTERM and waits.
+func startChild(ctx context.Context, stderr io.Writer, args ...string) (url string, stop func(), err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("start %s: %w", args[0], err)
+	}
+	stop = func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
+				addr <- a
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		return "http://" + a, stop, nil
+	case <-time.After(30 * time.Second):
+	case <-ctx.Done():
+	}
+	stop()
+	return "", nil, fmt.Errorf("%s did not start", args[0])
+}
+
+// baselineServerCmd is the trivial handler the bench measures against,
+// in a process of its own (hidden command).
+func baselineServerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("baseline-server", stderr)
+	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return usagef("--listen: %v", err)
+	}
+	fmt.Fprintf(stdout, "listening on %s\n", ln.Addr())
+	return loadgen.ServeBaseline(ctx, ln)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+func numCPU() int { return runtime.NumCPU() }
