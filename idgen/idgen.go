@@ -27,13 +27,13 @@ var ErrNoLease = errors.New("idgen: node id lease not held")
 // Generator issues ids for one node. It is safe for concurrent use and
 // lock-free.
 type Generator struct {
-	node int64
+	node atomic.Int64
 	// last is the last issued (milliseconds << seqBits | sequence). When the
 	// sequence of a millisecond is used up, or the clock steps back, ids
 	// continue from last+1: they borrow from the future instead of repeating.
 	last atomic.Int64
-	// validUntil, if set, is the unix nanosecond up to which the node id is
-	// known to be held (see Lease).
+	// validUntil, for a leased generator, is the unix nanosecond up to which
+	// the node id is known to be held.
 	validUntil atomic.Int64
 	leased     bool
 }
@@ -41,14 +41,39 @@ type Generator struct {
 // New returns a generator for a node id in [0, MaxNode] that the caller
 // guarantees no other running instance uses.
 func New(node int64) *Generator {
+	g := &Generator{}
+	g.setNode(node)
+	return g
+}
+
+// NewLeased returns a generator that issues ids only while its node id is
+// leased: until the time given to SetLease. A process paused past its lease
+// (GC, SIGSTOP, a VM migration) resumes refusing ids, instead of issuing
+// some under a node id that another instance may hold by then.
+func NewLeased() *Generator {
+	return &Generator{leased: true}
+}
+
+// SetLease sets the node id and the time until which it is held; a zero
+// time stops the generator until the next SetLease.
+func (g *Generator) SetLease(node int64, validUntil time.Time) {
+	g.setNode(node)
+	if validUntil.IsZero() {
+		g.validUntil.Store(0)
+		return
+	}
+	g.validUntil.Store(validUntil.UnixNano())
+}
+
+func (g *Generator) setNode(node int64) {
 	if node < 0 || node > MaxNode {
 		panic("idgen: node id out of range")
 	}
-	return &Generator{node: node}
+	g.node.Store(node)
 }
 
 // Node returns the node id.
-func (g *Generator) Node() int64 { return g.node }
+func (g *Generator) Node() int64 { return g.node.Load() }
 
 // Next returns a new id.
 func (g *Generator) Next() (int64, error) {
@@ -61,7 +86,7 @@ func (g *Generator) Next() (int64, error) {
 		next := max(now, last+1)
 		if g.last.CompareAndSwap(last, next) {
 			ms, seq := next>>seqBits, next&(1<<seqBits-1)
-			return ms<<(nodeBits+seqBits) | g.node<<seqBits | seq, nil
+			return ms<<(nodeBits+seqBits) | g.node.Load()<<seqBits | seq, nil
 		}
 	}
 }

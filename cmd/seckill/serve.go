@@ -17,6 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/seckilldev/seckill/httpapi"
+	"github.com/seckilldev/seckill/lock"
+	goredislock "github.com/seckilldev/seckill/lock/goredis"
+	"github.com/seckilldev/seckill/lock/lockprom"
 	"github.com/seckilldev/seckill/sale"
 	"github.com/seckilldev/seckill/stock"
 	"github.com/seckilldev/seckill/worker"
@@ -81,11 +84,14 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(stock.NewCollector(bk.engine, liveActivities(bk)))
 
-	ids, err := nodeIDs(ctx, bk)
+	locks := lock.New(goredislock.New(bk.rdb), lock.WithPrefix(c.backend.prefix+":lock"), lock.WithHooks(lockprom.New(reg).Hooks()))
+	defer locks.Close()
+	ids, stopIDs, err := leaseNodeID(ctx, locks, c.backend.prefix, log)
 	if err != nil {
 		return err
 	}
-	svc := sale.New(bk.store, bk.engine, ids, sale.Config{}, log, sale.NewMetrics(reg))
+	defer stopIDs()
+	svc := sale.New(bk.store, bk.engine, ids, sale.Config{Serialize: serializer(locks)}, log, sale.NewMetrics(reg))
 	if err := svc.WarmUp(ctx); err != nil {
 		log.Warn("warm-up incomplete; activities load on first grab", "err", err)
 	}
