@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -37,6 +38,7 @@ type benchConfig struct {
 	compare     bool
 	noWorker    bool
 	jsonOut     bool
+	cmp         compareFlags
 }
 
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -58,9 +60,12 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&c.compare, "compare", false, "compare grab strategies (database alone, global lock, per-activity lock, per-user lock, no lock, Lua)")
 	fs.BoolVar(&c.noWorker, "no-worker", false, "when self-hosting: run the service without the order worker (measures the grab path alone)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the results as JSON")
+	c.cmp.register(fs)
 	if err := fs.parse(args); err != nil {
 		return err
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
 	case c.users < 1 || c.users > 50_000_000:
 		return usagef("--users: %d is not between 1 and 50000000", c.users)
@@ -80,7 +85,10 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("--baseline and --compare are separate runs")
 	}
 	if c.compare {
-		return runCompare(ctx, c, stdout, stderr)
+		if c.target != "" {
+			return usagef("--compare serves each strategy itself: it takes --redis and --db, not --target")
+		}
+		return runCompare(ctx, c, set, stdout, stderr)
 	}
 	return runBench(ctx, c, stdout, stderr)
 }

@@ -2,10 +2,63 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/seckilldev/seckill/compare"
 )
 
-func runCompare(ctx context.Context, c benchConfig, stdout, stderr io.Writer) error {
-	return errors.New("--compare is not available yet")
+type compareFlags struct {
+	strategies string
+	items      int
+	rounds     int
+	lockWait   time.Duration
+	lockTTL    time.Duration
+}
+
+func (f *compareFlags) register(fs flagSet) {
+	fs.StringVar(&f.strategies, "strategies", strings.Join(compare.All, ","), "with --compare: the strategies to run, in order")
+	fs.IntVar(&f.items, "items", compare.DefaultItems, "with --compare: goods the stock is split over (user u wants item u mod items)")
+	fs.IntVar(&f.rounds, "rounds", compare.DefaultRounds, "with --compare: rounds per strategy (the table shows medians)")
+	fs.DurationVar(&f.lockWait, "lock-wait", compare.DefaultLockWait, "with --compare: longest lock wait before a grab answers busy")
+	fs.DurationVar(&f.lockTTL, "lock-ttl", compare.DefaultLockTTL, "with --compare: the fixed lock lease")
+}
+
+// runCompare runs the lock-granularity comparison. Flags the user did not
+// set take the comparison's own defaults (a smaller crowd than a bench).
+func runCompare(ctx context.Context, c benchConfig, set map[string]bool, stdout, stderr io.Writer) error {
+	cfg := compare.Config{DB: c.dbURL, Redis: c.redisURL, Strategies: strings.Split(c.cmp.strategies, ","),
+		Items: c.cmp.items, Rounds: c.cmp.rounds, LockWait: c.cmp.lockWait, LockTTL: c.cmp.lockTTL,
+		Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	if set["stock"] {
+		cfg.Stock = c.stock
+	}
+	if set["users"] {
+		cfg.Users = c.users
+	}
+	if set["concurrency"] {
+		cfg.Concurrency = c.concurrency
+	}
+	if set["repeat"] {
+		cfg.RepeatShare = c.repeat
+		if c.repeat == 0 {
+			cfg.RepeatShare = -1 // compare's "none"
+		}
+	}
+	if set["requests"] {
+		cfg.Requests = c.requests
+	}
+	if set["duration"] {
+		cfg.Duration = c.duration
+	}
+	t, err := compare.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if c.jsonOut {
+		return writeJSON(stdout, t)
+	}
+	return t.Write(stdout)
 }

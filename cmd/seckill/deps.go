@@ -37,7 +37,17 @@ func (b *backendFlags) register(fs flagSet, defaultDB string) {
 	fs.StringVar(&b.prefix, "redis-prefix", stock.DefaultPrefix, "namespace of every Redis key")
 }
 
+// redisLogger sends go-redis' own messages (pool dial failures and the
+// like) to the process log at debug level: the errors that matter reach
+// the caller anyway.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
+}
+
 func (b *backendFlags) open(ctx context.Context, log *slog.Logger) (*backends, error) {
+	redis.SetLogger(redisLogger{log})
 	if b.prefix == "" || strings.ContainsAny(b.prefix, "{} \t\r\n") {
 		return nil, usagef("--redis-prefix: %q must be non-empty, without braces or spaces", b.prefix)
 	}

@@ -40,8 +40,8 @@ var buildBinary = sync.OnceValues(func() (string, error) {
 // proc is a seckill process started by a test.
 type proc struct {
 	cmd  *exec.Cmd
-	addr string
 	done chan struct{}
+	err  error // of Wait, once done is closed
 }
 
 func startProc(t *testing.T, args ...string) *proc {
@@ -69,7 +69,7 @@ func startProc(t *testing.T, args ...string) *proc {
 		for sc.Scan() {
 		}
 	}()
-	go func() { _ = cmd.Wait(); close(p.done) }()
+	go func() { p.err = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() { p.signal(syscall.SIGKILL); <-p.done })
 	return p
 }
@@ -104,14 +104,19 @@ func TestMultiProcess(t *testing.T) {
 	redisAddr := testenv.RedisAddr(t)
 	dbURL := testenv.PostgresURL(t)
 	prefix := testenv.Prefix(t)
-	const stockN, users, clicks = 300, 3000, 2
+	stockN, users, clicks := int64(300), int64(3000), 2
+	if n, err := strconv.ParseInt(os.Getenv("SECKILL_TEST_MP_USERS"), 10, 64); err == nil && n > 0 {
+		// A larger run for measurements: stock a tenth of the users.
+		users, stockN = n, n/10
+	}
 	common := []string{"--redis", "redis://" + redisAddr, "--db", dbURL, "--redis-prefix", prefix}
 
 	var apis []string
+	var apiProcs []*proc
 	for range 2 {
 		port := testenv.FreePort(t)
 		addr := "127.0.0.1:" + strconv.Itoa(port)
-		startProc(t, append([]string{"serve", "--no-worker", "--listen", addr, "--admin-token", "tok"}, common...)...)
+		apiProcs = append(apiProcs, startProc(t, append([]string{"serve", "--no-worker", "--listen", addr, "--admin-token", "tok"}, common...)...))
 		apis = append(apis, "http://"+addr)
 	}
 	for _, a := range apis {
@@ -162,7 +167,7 @@ func TestMultiProcess(t *testing.T) {
 	go func() {
 		defer close(killed)
 		for n := 1; n <= 2; n++ {
-			for accepted.Load() < int64(n*stockN/3) {
+			for accepted.Load() < int64(n)*stockN/3 {
 				time.Sleep(5 * time.Millisecond)
 			}
 			w.signal(syscall.SIGKILL)
@@ -195,8 +200,19 @@ func TestMultiProcess(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// SIGTERM: every process stops cleanly, exit code 0.
 	w.signal(syscall.SIGTERM)
 	<-w.done
+	if w.err != nil {
+		t.Errorf("worker after SIGTERM: %v, want exit 0", w.err)
+	}
+	for _, p := range apiProcs {
+		p.signal(syscall.SIGTERM)
+		<-p.done
+		if p.err != nil {
+			t.Errorf("serve after SIGTERM: %v, want exit 0", p.err)
+		}
+	}
 
 	db, err := sql.Open("pgx", dbURL)
 	if err != nil {
@@ -239,7 +255,7 @@ func TestMultiProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if answeredConfirmed != int64(len(ids)) || len(ids) != stockN {
+	if answeredConfirmed != int64(len(ids)) || int64(len(ids)) != stockN {
 		t.Errorf("answered orders: %d, confirmed among them %d; want %d and %d", len(ids), answeredConfirmed, stockN, stockN)
 	}
 }

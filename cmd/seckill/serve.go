@@ -62,11 +62,11 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if c.adminToken == "" {
+	generated := c.adminToken == ""
+	if generated {
 		b := make([]byte, 16)
 		_, _ = rand.Read(b)
 		c.adminToken = hex.EncodeToString(b)
-		fmt.Fprintf(stdout, "admin token (generated; pass --admin-token to choose one): %s\n", c.adminToken)
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
@@ -127,6 +127,9 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "worker", !c.noWorker)
+	if generated {
+		fmt.Fprintf(stdout, "admin token (generated; pass --admin-token to choose one): %s\n", c.adminToken)
+	}
 	fmt.Fprintf(stdout, "listening on %s\n", ln.Addr())
 	if c.ready != nil {
 		c.ready(ln.Addr().String())
