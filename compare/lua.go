@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/seckilldev/seckill"
@@ -65,11 +64,12 @@ func (s *Sale) prepareLua(ctx context.Context, units []int64) error {
 			return err
 		}
 		k := l.engine.Keys(a.ID)
-		s.items = append(s.items, item{id: a.ID, stock: n, keyStock: k.Stock, keyBuyers: k.Buyers})
+		s.items = append(s.items, item{id: a.ID, stock: n, keyStock: k.Stock, keyBuyers: k.Buyers, keyOrders: k.Orders})
 		acts = append(acts, a)
 	}
 	w := worker.New(itemsOnly{st, acts}, l.engine,
-		worker.Config{Consumer: b.cfg.Prefix + "-worker", Block: 100 * time.Millisecond}, b.cfg.Log, nil)
+		// No trimming: the stream is counted after the round.
+		worker.Config{Consumer: b.cfg.Prefix + "-worker", Block: 100 * time.Millisecond, TrimEvery: -1}, b.cfg.Log, nil)
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	l.cancel, l.done = cancel, make(chan error, 1)
 	go func() { l.done <- w.Run(wctx) }()
@@ -106,7 +106,7 @@ func (s *Sale) grabLua(ctx context.Context, it *item, uid int64) (reply, error) 
 // countLua waits for the worker to write every accepted grab, then counts
 // the confirmed orders in the service's orders table. Its unique index
 // would hide a second order of a user, so duplicates are counted in Redis:
-// the buyers hash keeps "o:<order>" -> user for every accepted grab.
+// the order stream keeps one entry (o=<order> u=<user>) per accepted grab.
 func (s *Sale) countLua(ctx context.Context, t *Tally) error {
 	b, l := s.b, s.lua
 	start := time.Now()
@@ -133,17 +133,15 @@ func (s *Sale) countLua(ctx context.Context, t *Tally) error {
 		if err != nil {
 			return fmt.Errorf("compare: count orders of activity %d: %w", it.id, err)
 		}
-		marks, err := b.rdb.HGetAll(ctx, it.keyBuyers).Result()
+		entries, err := b.rdb.XRange(ctx, it.keyOrders, "-", "+").Result()
 		if err != nil {
-			return fmt.Errorf("compare: read buyers of activity %d: %w", it.id, err)
+			return fmt.Errorf("compare: read the order stream of activity %d: %w", it.id, err)
 		}
 		perUser := map[string]int{}
 		var acc int64
-		for field, user := range marks {
-			if strings.HasPrefix(field, "o:") {
-				acc++
-				perUser[user]++
-			}
+		for _, e := range entries {
+			acc++
+			perUser[fmt.Sprint(e.Values["u"])]++
 		}
 		for _, n := range perUser {
 			if n > 1 {

@@ -35,6 +35,7 @@ type item struct {
 	stock     int64
 	keyStock  string // remaining units in Redis
 	keyBuyers string // hash: user id -> order id
+	keyOrders string // lua only: the order stream
 }
 
 // reply is a successful grab: the new order, or the user's existing one.

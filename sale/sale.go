@@ -374,12 +374,12 @@ func (s *Service) Order(ctx context.Context, oid, uid int64) (seckill.Order, err
 		if t.Before(a.StartsAt.Add(-time.Minute)) {
 			continue
 		}
-		owner, ok, err := s.engine.OrderOwner(ctx, a.ID, oid)
+		owner, ok, err := s.engine.PendingOrder(ctx, a.ID, oid, uid, t)
 		if err != nil {
 			s.log.Warn("look up pending order", "order", oid, "err", err)
 			return seckill.Order{}, seckill.Errorf(seckill.EUNAVAILABLE, "redis cannot be reached right now")
 		}
-		if ok && (uid == 0 || owner == uid) {
+		if ok {
 			return seckill.Order{ID: oid, ActivityID: a.ID, UserID: owner, Status: seckill.OrderPending, CreatedAt: t}, nil
 		}
 	}

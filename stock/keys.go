@@ -10,8 +10,8 @@ const DefaultPrefix = "seckill"
 type Keys struct {
 	Meta   string // hash: stock, starts_ms, ends_ms
 	Stock  string // string: remaining stock
-	Buyers string // hash: <user id> -> <order id>, and "o:<order id>" -> <user id>
-	Orders string // stream: one entry per accepted grab: o=<order id> u=<user id> t=<unix ms>
+	Buyers string // hash: <user id> -> <order id>
+	Orders string // stream: one entry per accepted grab: o=<order id> u=<user id>; the entry id's milliseconds are the grab's time
 }
 
 // KeysFor returns the keys of activity id under prefix ("" means DefaultPrefix).

@@ -242,10 +242,10 @@ func (e *Engine) Load(ctx context.Context, a seckill.Activity, buyers []seckill.
 	const chunk = 1000
 	for i := 0; i < len(buyers); i += chunk {
 		part := buyers[i:min(i+chunk, len(buyers))]
-		args := make([]any, 0, 4*len(part))
+		args := make([]any, 0, 2*len(part))
 		for _, b := range part {
 			uid, oid := strconv.FormatInt(b.UserID, 10), strconv.FormatInt(b.OrderID, 10)
-			args = append(args, uid, oid, "o:"+oid, uid)
+			args = append(args, uid, oid)
 		}
 		if err := e.rdb.HSet(ctx, k.Buyers, args...).Err(); err != nil {
 			return false, fmt.Errorf("stock: load buyers of activity %d: %w", a.ID, err)
@@ -275,18 +275,47 @@ func (e *Engine) Remaining(ctx context.Context, activityID int64) (int64, error)
 	return n, err
 }
 
-// OrderOwner returns the user who holds order oid in the activity according
-// to Redis, and false if Redis knows no such order.
-func (e *Engine) OrderOwner(ctx context.Context, activityID, oid int64) (int64, bool, error) {
-	s, err := e.rdb.HGet(ctx, e.Keys(activityID).Buyers, "o:"+strconv.FormatInt(oid, 10)).Result()
-	if errors.Is(err, redis.Nil) {
-		return 0, false, nil
+// PendingOrder reports whether Redis holds order oid of the activity, and
+// whose it is. With the owner's uid it is one lookup; without (an admin
+// asking) it searches the order stream around the time the id was issued,
+// so it finds orders not yet acknowledged, or acknowledged and not yet
+// trimmed.
+func (e *Engine) PendingOrder(ctx context.Context, activityID, oid, uid int64, issued time.Time) (int64, bool, error) {
+	k := e.Keys(activityID)
+	want := strconv.FormatInt(oid, 10)
+	if uid != 0 {
+		s, err := e.rdb.HGet(ctx, k.Buyers, strconv.FormatInt(uid, 10)).Result()
+		if errors.Is(err, redis.Nil) {
+			return 0, false, nil
+		}
+		return uid, err == nil && s == want, err
 	}
-	if err != nil {
-		return 0, false, err
+	// Ids come from the instances' clocks, entry ids from Redis': allow for
+	// skew. The window is bounded, and so is the work.
+	from := strconv.FormatInt(issued.Add(-2*time.Second).UnixMilli(), 10)
+	to := strconv.FormatInt(issued.Add(2*time.Second).UnixMilli(), 10)
+	const page = 1000
+	for range 100 {
+		msgs, err := e.rdb.XRangeN(ctx, k.Orders, from, to, page).Result()
+		if err != nil || len(msgs) == 0 {
+			return 0, false, err
+		}
+		for _, m := range msgs {
+			if m.Values["o"] == want {
+				uid, err := strconv.ParseInt(fmt.Sprint(m.Values["u"]), 10, 64)
+				return uid, err == nil, err
+			}
+		}
+		if len(msgs) < page {
+			return 0, false, nil
+		}
+		next, err := nextID(msgs[len(msgs)-1].ID)
+		if err != nil {
+			return 0, false, err
+		}
+		from = next
 	}
-	uid, err := strconv.ParseInt(s, 10, 64)
-	return uid, err == nil, err
+	return 0, false, nil
 }
 
 // Compensate gives back the stock and buyer mark of order oid of user uid,

@@ -152,7 +152,7 @@ func TestCompensateOnce(t *testing.T) {
 	if n, _ := e.Remaining(ctx, 1); n != 1 {
 		t.Errorf("remaining after compensation: got %d, want 1", n)
 	}
-	if _, ok, _ := e.OrderOwner(ctx, 1, 100); ok {
+	if _, ok, _ := e.PendingOrder(ctx, 1, 100, 7, time.Now()); ok {
 		t.Error("the failed order is still known to redis")
 	}
 	// The user may try again and gets a new order.
@@ -185,5 +185,36 @@ func TestLoadOnce(t *testing.T) {
 	res, err := e.Grab(ctx, 1, 2, 99)
 	if err != nil || res.New || res.OrderID != 12 {
 		t.Errorf("grab by a loaded buyer: got %+v %v, want existing order 12", res, err)
+	}
+}
+
+// TestPendingOrder: the owner finds a pending order by the buyer mark; an
+// admin, without the owner's id, by the order stream around its time.
+func TestPendingOrder(t *testing.T) {
+	e := newEngine(t)
+	ctx := context.Background()
+	if _, err := e.Load(ctx, openActivity(1, 3000), nil); err != nil {
+		t.Fatal(err)
+	}
+	for uid := int64(1); uid <= 2500; uid++ {
+		if _, err := e.Grab(ctx, 1, uid, 10_000+uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now()
+	cases := []struct {
+		oid, uid, owner int64
+		ok              bool
+	}{
+		{12_000, 2000, 2000, true}, // the owner
+		{12_000, 7, 0, false},      // another user
+		{12_000, 0, 2000, true},    // an admin: found in the stream, past a page of entries
+		{99_999, 0, 0, false},      // no such order
+	}
+	for _, c := range cases {
+		owner, ok, err := e.PendingOrder(ctx, 1, c.oid, c.uid, now)
+		if err != nil || ok != c.ok || (ok && owner != c.owner) {
+			t.Errorf("PendingOrder(%d, uid %d): got %d %v %v, want %d %v", c.oid, c.uid, owner, ok, err, c.owner, c.ok)
+		}
 	}
 }

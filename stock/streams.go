@@ -12,8 +12,8 @@ import (
 	"github.com/seckilldev/seckill"
 )
 
-// ParseEntry turns an order stream entry (o=<oid> u=<uid> t=<ms>) into an
-// OrderRequest.
+// ParseEntry turns an order stream entry (o=<oid> u=<uid>, its id's
+// milliseconds the time of the grab) into an OrderRequest.
 func ParseEntry(activityID int64, m redis.XMessage) (seckill.OrderRequest, error) {
 	field := func(name string) (int64, error) {
 		s, _ := m.Values[name].(string)
@@ -31,9 +31,10 @@ func ParseEntry(activityID int64, m redis.XMessage) (seckill.OrderRequest, error
 	if err != nil {
 		return seckill.OrderRequest{}, err
 	}
-	ms, err := field("t")
+	msPart, _, _ := strings.Cut(m.ID, "-")
+	ms, err := strconv.ParseInt(msPart, 10, 64)
 	if err != nil {
-		return seckill.OrderRequest{}, err
+		return seckill.OrderRequest{}, fmt.Errorf("stock: stream entry id %q of activity %d: %w", m.ID, activityID, err)
 	}
 	return seckill.OrderRequest{OrderID: oid, ActivityID: activityID, UserID: uid,
 		CreatedAt: unixMilli(ms)}, nil

@@ -49,6 +49,9 @@ type Config struct {
 	// DrainTimeout bounds the work on a batch in hand after Run's ctx ends.
 	// Default 30s.
 	DrainTimeout time.Duration
+	// TrimEvery is how often acknowledged entries are trimmed from the
+	// streams. Default 10s; negative: never.
+	TrimEvery time.Duration
 }
 
 func (c *Config) defaults() {
@@ -76,6 +79,9 @@ func (c *Config) defaults() {
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = 30 * time.Second
+	}
+	if c.TrimEvery == 0 {
+		c.TrimEvery = 10 * time.Second
 	}
 }
 
@@ -151,7 +157,7 @@ func (w *Worker) consume(ctx context.Context, activityID int64) {
 	// Own entries left pending by an earlier life of this consumer first.
 	start := "0"
 	nextClaim := time.Time{}
-	nextTrim := time.Now().Add(10 * time.Second)
+	nextTrim := time.Now().Add(w.cfg.TrimEvery)
 	backoff := newBackoff()
 	for ctx.Err() == nil {
 		if time.Now().After(nextClaim) {
@@ -164,13 +170,13 @@ func (w *Worker) consume(ctx context.Context, activityID int64) {
 			}
 			nextClaim = time.Now().Add(w.cfg.ClaimIdle / 3)
 		}
-		if time.Now().After(nextTrim) {
+		if w.cfg.TrimEvery > 0 && time.Now().After(nextTrim) {
 			if n, err := w.engine.Trim(ctx, activityID); err != nil && ctx.Err() == nil {
 				log.Warn("trim stream", "err", err)
 			} else if n > 0 {
 				log.Debug("trimmed stream", "entries", n)
 			}
-			nextTrim = time.Now().Add(10 * time.Second)
+			nextTrim = time.Now().Add(w.cfg.TrimEvery)
 		}
 		streams, err := w.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: stock.Group, Consumer: w.cfg.Consumer, Streams: []string{k.Orders, start},

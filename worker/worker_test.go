@@ -208,7 +208,7 @@ func TestSoldOutInDatabase(t *testing.T) {
 			if o.Reason != seckill.ReasonSoldOut {
 				t.Errorf("failure reason %q, want sold_out", o.Reason)
 			}
-			if _, ok, _ := f.engine.OrderOwner(context.Background(), f.act.ID, 1000+uid); ok {
+			if _, ok, _ := f.engine.PendingOrder(context.Background(), f.act.ID, 1000+uid, uid, time.Now()); ok {
 				t.Errorf("failed order %d still marked in redis", 1000+uid)
 			}
 		}

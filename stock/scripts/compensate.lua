@@ -16,11 +16,10 @@ if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then
   return 0
 end
 if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3], 'o:' .. ARGV[3], ARGV[1])
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 else
   redis.call('HDEL', KEYS[2], ARGV[1])
 end
-redis.call('HDEL', KEYS[2], 'o:' .. ARGV[2])
 redis.call('INCR', KEYS[1])
 redis.call('PUBLISH', ARGV[4], ARGV[5])
 return 1

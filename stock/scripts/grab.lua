@@ -2,8 +2,9 @@
 --
 -- KEYS[1] meta    hash   starts_ms, ends_ms, stock
 -- KEYS[2] stock   string remaining stock
--- KEYS[3] buyers  hash   <uid> -> <oid>, "o:<oid>" -> <uid>
--- KEYS[4] orders  stream one entry per accepted grab
+-- KEYS[3] buyers  hash   <uid> -> <oid>
+-- KEYS[4] orders  stream one entry per accepted grab: o=<oid> u=<uid>; the
+--                 entry id's milliseconds are the time of the grab
 -- ARGV[1], ARGV[2]   uid, oid of the first grab; then pairs for the others.
 --                    Ids are decimal strings: Lua numbers are doubles and
 --                    would round 64-bit ids.
@@ -30,19 +31,21 @@ local out = {0, 0}
 local taken = 0
 for i = 1, #ARGV, 2 do
   local uid, oid = ARGV[i], ARGV[i + 1]
-  local existing = redis.call('HGET', KEYS[3], uid)
-  if existing then
-    out[#out + 1] = 1
-    out[#out + 1] = existing
-  elseif remaining - taken <= 0 then
-    out[#out + 1] = 2
-    out[#out + 1] = ''
-  else
+  -- While stock lasts, one HSETNX both checks and records the buyer.
+  if remaining - taken > 0 and redis.call('HSETNX', KEYS[3], uid, oid) == 1 then
     taken = taken + 1
-    redis.call('HSET', KEYS[3], uid, oid, 'o:' .. oid, uid)
-    redis.call('XADD', KEYS[4], '*', 'o', oid, 'u', uid, 't', now)
+    redis.call('XADD', KEYS[4], '*', 'o', oid, 'u', uid)
     out[#out + 1] = 0
     out[#out + 1] = oid
+  else
+    local existing = redis.call('HGET', KEYS[3], uid)
+    if existing then
+      out[#out + 1] = 1
+      out[#out + 1] = existing
+    else
+      out[#out + 1] = 2
+      out[#out + 1] = ''
+    end
   end
 end
 if taken > 0 then
