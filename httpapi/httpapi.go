@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -323,8 +325,30 @@ func writeError(w http.ResponseWriter, err error) {
 	if !ok {
 		status = http.StatusInternalServerError
 	}
-	writeJSON(w, status, errorBody(code, seckill.ErrorMessage(err)))
+	body := errorJSON(code, seckill.ErrorMessage(err))
+	w.Header()["Content-Type"] = jsonType
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 }
+
+// errorCache keeps the encoded bodies of recurring errors: after a sell-out
+// nearly every reply is the same sold_out body.
+var errorCache sync.Map // code + "\x00" + message -> []byte
+
+func errorJSON(code, message string) []byte {
+	key := code + "\x00" + message
+	if b, ok := errorCache.Load(key); ok {
+		return b.([]byte)
+	}
+	b, _ := json.Marshal(errorBody(code, message))
+	b = append(b, '\n')
+	if errorCacheSize.Add(1) <= 1000 { // messages naming ids vary: keep it bounded
+		errorCache.Store(key, b)
+	}
+	return b
+}
+
+var errorCacheSize atomic.Int64
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header()["Content-Type"] = jsonType

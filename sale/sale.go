@@ -184,6 +184,9 @@ func (s *Service) Grab(ctx context.Context, id, uid int64) (g Grabbed, err error
 	case errors.Is(err, stock.ErrSoldOut):
 		s.markSoldOut(e)
 		return Grabbed{}, err
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The client went away before its grab was queued: nothing happened.
+		return Grabbed{}, seckill.Errorf(seckill.EUNAVAILABLE, "the request was cancelled")
 	case seckill.ErrorCode(err) == seckill.EINTERNAL:
 		s.log.Error("grab", "activity", id, "err", err)
 		return Grabbed{}, seckill.Errorf(seckill.EUNAVAILABLE, "the sale cannot be reached right now")

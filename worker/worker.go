@@ -121,6 +121,7 @@ func (w *Worker) Consumer() string { return w.cfg.Consumer }
 func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker started")
 	var wg sync.WaitGroup
+	var mu sync.Mutex
 	running := map[int64]bool{}
 	tick := time.NewTicker(w.cfg.Discover)
 	defer tick.Stop()
@@ -130,14 +131,20 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.log.Warn("list activities", "err", err)
 		}
 		for _, a := range acts {
-			if running[a.ID] {
+			mu.Lock()
+			busy := running[a.ID]
+			running[a.ID] = true
+			mu.Unlock()
+			if busy {
 				continue
 			}
-			running[a.ID] = true
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				w.consume(ctx, a.ID)
+				w.consume(ctx, a)
+				mu.Lock()
+				delete(running, a.ID)
+				mu.Unlock()
 			}()
 		}
 		select {
@@ -150,8 +157,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-// consume runs the loop of one activity's stream.
-func (w *Worker) consume(ctx context.Context, activityID int64) {
+// consume runs the loop of one activity's stream, until ctx ends or the
+// activity ended longer than Retention ago and its stream is drained.
+func (w *Worker) consume(ctx context.Context, a seckill.Activity) {
+	activityID := a.ID
 	k := w.engine.Keys(activityID)
 	log := w.log.With("activity", activityID)
 	// Own entries left pending by an earlier life of this consumer first.
@@ -169,6 +178,12 @@ func (w *Worker) consume(ctx context.Context, activityID int64) {
 				log.Warn("claim idle entries", "err", err)
 			}
 			nextClaim = time.Now().Add(w.cfg.ClaimIdle / 3)
+		}
+		if time.Since(a.EndsAt) > w.cfg.Retention {
+			if st, err := w.engine.Stats(ctx, activityID); err == nil && st.Backlog() == 0 {
+				log.Info("activity retired: ended and drained")
+				return
+			}
 		}
 		if w.cfg.TrimEvery > 0 && time.Now().After(nextTrim) {
 			if n, err := w.engine.Trim(ctx, activityID); err != nil && ctx.Err() == nil {

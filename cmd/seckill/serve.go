@@ -84,7 +84,9 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(stock.NewCollector(bk.engine, liveActivities(bk)))
 
-	locks := lock.New(goredislock.New(bk.rdb), lock.WithPrefix(c.backend.prefix+":lock"), lock.WithHooks(lockprom.New(reg).Hooks()))
+	lockMetrics := lockprom.New("seckill")
+	reg.MustRegister(lockMetrics)
+	locks := lock.New(goredislock.New(bk.rdb), lock.WithPrefix(c.backend.prefix+":lock"), lock.WithHooks(lockMetrics.Hooks()))
 	defer locks.Close()
 	ids, stopIDs, err := leaseNodeID(ctx, locks, c.backend.prefix, log)
 	if err != nil {
