@@ -332,28 +332,7 @@ LIMIT 1`
 // wait timeout. A request for an activity that does not exist fails with
 // ReasonSoldOut, so that one bad message cannot block its batch.
 func (s *Store) ApplyOrders(ctx context.Context, reqs []seckill.OrderRequest) ([]seckill.Outcome, error) {
-	out := make([]seckill.Outcome, 0, len(reqs))
-	if len(reqs) == 0 {
-		return out, nil
-	}
-	err := sqlstore.Retry(ctx, retryable, func() error {
-		out = out[:0]
-		return s.inTx(ctx, func(tx *sql.Tx) error {
-			now := time.Now()
-			for chunk := range slices.Chunk(reqs, sqlstore.MaxChunk) {
-				f, err := read(ctx, tx, chunk, true)
-				if err != nil {
-					return err
-				}
-				p := sqlstore.Apply(chunk, f, now)
-				if err := write(ctx, tx, p); err != nil {
-					return err
-				}
-				out = append(out, p.Outcomes...)
-			}
-			return nil
-		})
-	})
+	out, err := s.batch(ctx, reqs, true, sqlstore.Apply)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: apply orders: %w", err)
 	}
@@ -367,32 +346,23 @@ func (s *Store) FailOrders(ctx context.Context, reqs []seckill.OrderRequest, rea
 	if err := sqlstore.ValidReason(reason); err != nil {
 		return nil, err
 	}
-	out := make([]seckill.Outcome, 0, len(reqs))
-	if len(reqs) == 0 {
-		return out, nil
-	}
-	err := sqlstore.Retry(ctx, retryable, func() error {
-		out = out[:0]
-		return s.inTx(ctx, func(tx *sql.Tx) error {
-			now := time.Now()
-			for chunk := range slices.Chunk(reqs, sqlstore.MaxChunk) {
-				f, err := read(ctx, tx, chunk, false)
-				if err != nil {
-					return err
-				}
-				p := sqlstore.Fail(chunk, reason, f, now)
-				if err := write(ctx, tx, p); err != nil {
-					return err
-				}
-				out = append(out, p.Outcomes...)
-			}
-			return nil
-		})
-	})
+	out, err := s.batch(ctx, reqs, false, sqlstore.FailWith(reason))
 	if err != nil {
 		return nil, fmt.Errorf("mysql: fail orders: %w", err)
 	}
 	return out, nil
+}
+
+// batch runs one ApplyOrders or FailOrders transaction (sqlstore.Batch);
+// holders says whether to read the users' existing orders.
+func (s *Store) batch(ctx context.Context, reqs []seckill.OrderRequest, holders bool, plan sqlstore.Planner) ([]seckill.Outcome, error) {
+	return sqlstore.Batch(ctx, reqs, retryable,
+		func(fn func(*sql.Tx) error) error { return s.inTx(ctx, fn) },
+		func(tx *sql.Tx, chunk []seckill.OrderRequest) (*sqlstore.Facts, error) {
+			return read(ctx, tx, chunk, holders)
+		},
+		plan,
+		func(tx *sql.Tx, p sqlstore.Plan) error { return write(ctx, tx, p) })
 }
 
 // inTx runs fn in a READ COMMITTED transaction: every statement reads what

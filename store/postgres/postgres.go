@@ -226,28 +226,7 @@ LIMIT 1`
 // serialisation failure. A request for an activity that does not exist fails
 // with ReasonSoldOut, so that one bad message cannot block its batch.
 func (s *Store) ApplyOrders(ctx context.Context, reqs []seckill.OrderRequest) ([]seckill.Outcome, error) {
-	out := make([]seckill.Outcome, 0, len(reqs))
-	if len(reqs) == 0 {
-		return out, nil
-	}
-	err := sqlstore.Retry(ctx, retryable, func() error {
-		out = out[:0]
-		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			now := time.Now()
-			for chunk := range slices.Chunk(reqs, sqlstore.MaxChunk) {
-				f, err := read(ctx, tx, chunk, true)
-				if err != nil {
-					return err
-				}
-				p := sqlstore.Apply(chunk, f, now)
-				if err := write(ctx, tx, p); err != nil {
-					return err
-				}
-				out = append(out, p.Outcomes...)
-			}
-			return nil
-		})
-	})
+	out, err := s.batch(ctx, reqs, true, sqlstore.Apply)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: apply orders: %w", err)
 	}
@@ -261,32 +240,23 @@ func (s *Store) FailOrders(ctx context.Context, reqs []seckill.OrderRequest, rea
 	if err := sqlstore.ValidReason(reason); err != nil {
 		return nil, err
 	}
-	out := make([]seckill.Outcome, 0, len(reqs))
-	if len(reqs) == 0 {
-		return out, nil
-	}
-	err := sqlstore.Retry(ctx, retryable, func() error {
-		out = out[:0]
-		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			now := time.Now()
-			for chunk := range slices.Chunk(reqs, sqlstore.MaxChunk) {
-				f, err := read(ctx, tx, chunk, false)
-				if err != nil {
-					return err
-				}
-				p := sqlstore.Fail(chunk, reason, f, now)
-				if err := write(ctx, tx, p); err != nil {
-					return err
-				}
-				out = append(out, p.Outcomes...)
-			}
-			return nil
-		})
-	})
+	out, err := s.batch(ctx, reqs, false, sqlstore.FailWith(reason))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: fail orders: %w", err)
 	}
 	return out, nil
+}
+
+// batch runs one ApplyOrders or FailOrders transaction (sqlstore.Batch);
+// holders says whether to read the users' existing orders.
+func (s *Store) batch(ctx context.Context, reqs []seckill.OrderRequest, holders bool, plan sqlstore.Planner) ([]seckill.Outcome, error) {
+	return sqlstore.Batch(ctx, reqs, retryable,
+		func(fn func(pgx.Tx) error) error { return pgx.BeginFunc(ctx, s.pool, fn) },
+		func(tx pgx.Tx, chunk []seckill.OrderRequest) (*sqlstore.Facts, error) {
+			return read(ctx, tx, chunk, holders)
+		},
+		plan,
+		func(tx pgx.Tx, p sqlstore.Plan) error { return write(ctx, tx, p) })
 }
 
 // read locks the activities of reqs and reads what the database holds about

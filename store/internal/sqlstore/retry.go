@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
+
+	"github.com/seckilldev/seckill"
 )
 
 // MaxAttempts is how often Retry runs a transaction before it gives up.
@@ -37,4 +40,53 @@ func Retry(ctx context.Context, retryable func(error) bool, tx func() error) err
 		case <-time.After(wait):
 		}
 	}
+}
+
+// Planner decides the outcomes of a chunk of requests from its facts:
+// Apply, or Fail bound to a reason with FailWith.
+type Planner func(reqs []seckill.OrderRequest, f *Facts, now time.Time) Plan
+
+// FailWith returns the Planner that records failures with reason.
+func FailWith(reason string) Planner {
+	return func(reqs []seckill.OrderRequest, f *Facts, now time.Time) Plan {
+		return Fail(reqs, reason, f, now)
+	}
+}
+
+// Batch is the body every engine's ApplyOrders and FailOrders share: in one
+// transaction begun by inTx, for each chunk of at most MaxChunk requests,
+// read the facts, plan and write; the whole transaction is rerun (Retry)
+// while its error is retryable. It returns the outcomes in request order.
+func Batch[Tx any](ctx context.Context, reqs []seckill.OrderRequest, retryable func(error) bool,
+	inTx func(fn func(Tx) error) error,
+	read func(tx Tx, chunk []seckill.OrderRequest) (*Facts, error),
+	plan Planner,
+	write func(tx Tx, p Plan) error,
+) ([]seckill.Outcome, error) {
+	out := make([]seckill.Outcome, 0, len(reqs))
+	if len(reqs) == 0 {
+		return out, nil
+	}
+	err := Retry(ctx, retryable, func() error {
+		out = out[:0]
+		return inTx(func(tx Tx) error {
+			now := time.Now()
+			for chunk := range slices.Chunk(reqs, MaxChunk) {
+				f, err := read(tx, chunk)
+				if err != nil {
+					return err
+				}
+				p := plan(chunk, f, now)
+				if err := write(tx, p); err != nil {
+					return err
+				}
+				out = append(out, p.Outcomes...)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
