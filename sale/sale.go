@@ -389,15 +389,30 @@ func (s *Service) Order(ctx context.Context, oid, uid int64) (seckill.Order, err
 	return seckill.Order{}, notFound
 }
 
+// memoTTL bounds how long a remembered buyer is trusted: a restock message
+// missed while the subscription reconnected would otherwise leave a failed
+// order's buyer remembered for good.
+const memoTTL = 30 * time.Second
+
 // Run listens for restock announcements until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	sub := s.engine.Client().Subscribe(ctx, s.engine.EventsChannel())
 	defer sub.Close()
 	ch := sub.Channel(redis.WithChannelHealthCheckInterval(5 * time.Second))
+	forget := time.NewTicker(memoTTL)
+	defer forget.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-forget.C:
+			s.mu.RLock()
+			for _, e := range s.entries {
+				e.mu.Lock()
+				clear(e.buyers)
+				e.mu.Unlock()
+			}
+			s.mu.RUnlock()
 		case m, ok := <-ch:
 			if !ok {
 				return nil
