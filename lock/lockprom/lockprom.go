@@ -1,6 +1,15 @@
-// Package lockprom exports a lock.Client's events as Prometheus metrics,
-// through lock.Hooks, so that the lock package itself depends on no metrics
-// library.
+// Package lockprom exports the lock's hooks as Prometheus metrics:
+//
+//	lock_attempt_duration_seconds{result}  one acquire round trip (acquired, taken, error)
+//	lock_wait_duration_seconds{result}     time in TryLock/Lock (acquired, not_obtained, error)
+//	lock_renewals_total{result}            watchdog renewals and Extend calls (ok, refused, error)
+//	lock_lost_total                        held locks known lost
+//	lock_held_duration_seconds             from acquisition to Unlock
+//
+// Contention is lock_attempt_duration_seconds_count{result="taken"}. Lock
+// names are not labels: they are unbounded. Use one Collector per process,
+// or wrap the registerer (prometheus.WrapRegistererWith) to tell clients
+// apart.
 package lockprom
 
 import (
@@ -12,75 +21,99 @@ import (
 	"github.com/seckilldev/seckill/lock"
 )
 
-// Metrics are the lock metrics; register them with a Registerer and pass
-// Hooks to lock.WithHooks.
-type Metrics struct {
-	attempts *prometheus.HistogramVec // acquire round trips by result
-	waits    *prometheus.HistogramVec // TryLock/Lock calls by result
-	renewals *prometheus.HistogramVec // watchdog renewals and Extends by result
-	lost     prometheus.Counter
-	held     *prometheus.HistogramVec // time held until Unlock, by result
+// Collector gathers the metrics. It is a prometheus.Collector.
+type Collector struct {
+	attempt *prometheus.HistogramVec
+	wait    *prometheus.HistogramVec
+	renew   *prometheus.CounterVec
+	lost    prometheus.Counter
+	held    prometheus.Histogram
 }
 
-// New returns the metrics, registered with reg if it is not nil. Lock names
-// are not used as labels: they are unbounded (one per user, per order...).
-func New(reg prometheus.Registerer) *Metrics {
-	buckets := prometheus.ExponentialBuckets(0.0001, 2, 18) // 100µs to ~13s
-	m := &Metrics{
-		attempts: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "lock_acquire_attempt_seconds", Buckets: buckets,
-			Help: "Latency of acquire round trips, by result: acquired, contended (held by another) or error.",
+var _ prometheus.Collector = (*Collector)(nil)
+
+// New returns a Collector whose metric names start with namespace ("" for
+// none) followed by "lock_".
+func New(namespace string) *Collector {
+	return &Collector{
+		attempt: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "lock", Name: "attempt_duration_seconds",
+			Help:    "Latency of one acquire round trip to Redis, by result (acquired, taken, error).",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16), // 50µs to 1.6s
 		}, []string{"result"}),
-		waits: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "lock_wait_seconds", Buckets: buckets,
-			Help: "Time spent in TryLock and Lock, by result: acquired, not_obtained (taken, or the wait ran out) or error.",
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "lock", Name: "wait_duration_seconds",
+			Help:    "Time spent in TryLock or Lock, by result (acquired, not_obtained, error).",
+			Buckets: prometheus.ExponentialBuckets(100e-6, 2.5, 14), // 100µs to 15min
 		}, []string{"result"}),
-		renewals: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "lock_renewal_seconds", Buckets: buckets,
-			Help: "Latency of watchdog renewals and Extends, by result: renewed, refused or error.",
+		renew: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "lock", Name: "renewals_total",
+			Help: "Watchdog renewals and Extend calls, by result (ok, refused, error).",
 		}, []string{"result"}),
 		lost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "lock_lost_total",
-			Help: "Held locks found lost (renewal refused, key gone, or not renewed within the lease).",
+			Namespace: namespace, Subsystem: "lock", Name: "lost_total",
+			Help: "Held locks known lost: renewal refused, lease ran out, or Redis unreachable past the lease.",
 		}),
-		held: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "lock_held_seconds", Buckets: buckets,
-			Help: "Time from acquisition to Unlock, by result: released, not_held or error.",
-		}, []string{"result"}),
+		held: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "lock", Name: "held_duration_seconds",
+			Help:    "Time from acquisition to Unlock.",
+			Buckets: prometheus.ExponentialBuckets(100e-6, 2.5, 14),
+		}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.attempts, m.waits, m.renewals, m.lost, m.held)
-	}
-	return m
 }
 
-// Hooks returns the hooks that feed the metrics.
-func (m *Metrics) Hooks() lock.Hooks {
+// Hooks returns the lock hooks that feed c: pass them to lock.WithHooks.
+func (c *Collector) Hooks() lock.Hooks {
 	return lock.Hooks{
 		Attempt: func(_ string, d time.Duration, err error) {
-			m.attempts.WithLabelValues(result(err, "acquired", "contended")).Observe(d.Seconds())
+			c.attempt.WithLabelValues(result(err, "acquired", "taken")).Observe(d.Seconds())
 		},
 		Acquire: func(_ string, wait time.Duration, err error) {
-			m.waits.WithLabelValues(result(err, "acquired", "not_obtained")).Observe(wait.Seconds())
+			c.wait.WithLabelValues(result(err, "acquired", "not_obtained")).Observe(wait.Seconds())
 		},
-		Renew: func(_ string, d time.Duration, err error) {
-			m.renewals.WithLabelValues(result(err, "renewed", "refused")).Observe(d.Seconds())
+		Renew: func(_ string, _ time.Duration, err error) {
+			r := "ok"
+			switch {
+			case errors.Is(err, lock.ErrNotHeld):
+				r = "refused"
+			case err != nil:
+				r = "error"
+			}
+			c.renew.WithLabelValues(r).Inc()
 		},
-		Lost: func(string, error) { m.lost.Inc() },
+		Lost: func(string, error) { c.lost.Inc() },
 		Release: func(_ string, held time.Duration, err error) {
-			m.held.WithLabelValues(result(err, "released", "not_held")).Observe(held.Seconds())
+			if err == nil {
+				c.held.Observe(held.Seconds())
+			}
 		},
 	}
 }
 
-// result names an outcome: ok for nil, refused for the lock's "no" sentinels
-// (ErrNotObtained, ErrNotHeld), error otherwise.
-func result(err error, ok, refused string) string {
+func result(err error, ok, notObtained string) string {
 	switch {
 	case err == nil:
 		return ok
-	case errors.Is(err, lock.ErrNotObtained), errors.Is(err, lock.ErrNotHeld):
-		return refused
+	case errors.Is(err, lock.ErrNotObtained):
+		return notObtained
 	}
 	return "error"
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	c.attempt.Describe(ch)
+	c.wait.Describe(ch)
+	c.renew.Describe(ch)
+	c.lost.Describe(ch)
+	c.held.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.attempt.Collect(ch)
+	c.wait.Collect(ch)
+	c.renew.Collect(ch)
+	c.lost.Collect(ch)
+	c.held.Collect(ch)
 }

@@ -1,0 +1,235 @@
+package lock_test
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	_ "modernc.org/sqlite"
+
+	"github.com/seckilldev/seckill/internal/testenv"
+	"github.com/seckilldev/seckill/lock"
+	"github.com/seckilldev/seckill/lock/goredis"
+	rueidislock "github.com/seckilldev/seckill/lock/rueidis"
+)
+
+// The examples talk to the Redis on 127.0.0.1:6379 (SECKILL_TEST_REDIS
+// overrides it), each under a prefix of its own so that test runs sharing
+// that Redis never meet.
+var (
+	exampleAddr   = cmp.Or(os.Getenv("SECKILL_TEST_REDIS"), testenv.DefaultRedis)
+	examplePrefix = "example:" + testenv.RandHex(4) + ":"
+)
+
+func Example() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := lock.New(goredis.New(rdb), lock.WithPrefix(examplePrefix))
+	defer locks.Close()
+	ctx := context.Background()
+
+	// Wait at most 200 ms for the lock of activity 42.
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	l, err := locks.Lock(wctx, "activity:42")
+	if err != nil {
+		fmt.Println("busy:", err)
+		return
+	}
+	defer l.Unlock(ctx)
+
+	// The watchdog renews the lock while we hold it; l.Context() ends if the
+	// lock is lost anyway, and work under the lock must stop then.
+	if err := restock(l.Context(), l.Token()); err != nil {
+		fmt.Println("stopped:", err)
+		return
+	}
+	fmt.Println("restocked under the lock")
+	// Output: restocked under the lock
+}
+
+func restock(ctx context.Context, token int64) error { return ctx.Err() }
+
+func ExampleClient_TryLock() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := lock.New(goredis.New(rdb), lock.WithPrefix(examplePrefix))
+	defer locks.Close()
+	ctx := context.Background()
+
+	first, err := locks.TryLock(ctx, "report", lock.WithTTL(time.Minute))
+	if err != nil {
+		panic(err)
+	}
+	_, err = locks.TryLock(ctx, "report")
+	fmt.Println("second try:", err)
+
+	fmt.Println("unlock:", first.Unlock(ctx))
+	fmt.Println("unlock again:", first.Unlock(ctx))
+	// Output:
+	// second try: lock: not obtained
+	// unlock: <nil>
+	// unlock again: lock: not held
+}
+
+func ExampleClient_Lock_timeout() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := lock.New(goredis.New(rdb), lock.WithPrefix(examplePrefix))
+	defer locks.Close()
+	ctx := context.Background()
+
+	held, _ := locks.TryLock(ctx, "busy")
+	defer held.Unlock(ctx)
+
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err := locks.Lock(wctx, "busy")
+	fmt.Println(errors.Is(err, lock.ErrNotObtained), errors.Is(err, context.DeadlineExceeded))
+	// Output: true true
+}
+
+func ExampleWithRetry() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := lock.New(goredis.New(rdb), lock.WithPrefix(examplePrefix))
+	defer locks.Close()
+	ctx := context.Background()
+
+	held, _ := locks.TryLock(ctx, "retry")
+	defer held.Unlock(ctx)
+
+	// Three more attempts, 10 ms apart (a release would wake us earlier).
+	_, err := locks.Lock(ctx, "retry", lock.WithRetry(lock.LimitRetry(lock.LinearBackoff(10*time.Millisecond), 3)))
+	fmt.Println(err)
+	// Output: lock: not obtained
+}
+
+func ExampleWithReentrant() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := lock.New(goredis.New(rdb), lock.WithPrefix(examplePrefix))
+	defer locks.Close()
+	ctx := context.Background()
+
+	job := lock.WithReentrant("job-7") // the owner: who may take it again
+	outer, _ := locks.TryLock(ctx, "ledger", job)
+	inner, err := locks.TryLock(ctx, "ledger", job)
+	fmt.Println("reentered:", err == nil, "same token:", inner.Token() == outer.Token())
+
+	inner.Unlock(ctx)
+	_, err = locks.TryLock(ctx, "ledger")
+	fmt.Println("after one release:", err)
+	outer.Unlock(ctx)
+	free, err := locks.TryLock(ctx, "ledger")
+	fmt.Println("after both:", err)
+	free.Unlock(ctx)
+	// Output:
+	// reentered: true same token: true
+	// after one release: lock: not obtained
+	// after both: <nil>
+}
+
+// The fencing token protects the data when the lock itself fails: here the
+// first holder stalls past its lease (a GC pause, a stopped VM), a second
+// holder takes the lock and writes, and the first one's late write is
+// refused by the database, which keeps the largest token it has seen.
+func Example_fencing() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := lock.New(goredis.New(rdb), lock.WithPrefix(examplePrefix))
+	defer locks.Close()
+	ctx := context.Background()
+
+	db, _ := sql.Open("sqlite", ":memory:")
+	defer db.Close()
+	db.Exec(`CREATE TABLE stock (id INTEGER PRIMARY KEY, qty INTEGER, fence INTEGER NOT NULL DEFAULT 0)`)
+	db.Exec(`INSERT INTO stock (id, qty) VALUES (42, 100)`)
+	// The write succeeds only with a token at least as large as the last
+	// one used on this row.
+	write := func(token int64, qty int) bool {
+		res, _ := db.Exec(`UPDATE stock SET qty = ?, fence = ? WHERE id = 42 AND fence <= ?`, qty, token, token)
+		n, _ := res.RowsAffected()
+		return n == 1
+	}
+
+	a, _ := locks.TryLock(ctx, "stock:42", lock.WithTTL(100*time.Millisecond))
+	time.Sleep(150 * time.Millisecond) // A stalls; its lease runs out
+	b, _ := locks.TryLock(ctx, "stock:42")
+	fmt.Println("B writes:", write(b.Token(), 99))
+	fmt.Println("A writes late:", write(a.Token(), 98))
+	b.Unlock(ctx)
+
+	var qty int
+	db.QueryRow(`SELECT qty FROM stock WHERE id = 42`).Scan(&qty)
+	fmt.Println("qty:", qty)
+	// Output:
+	// B writes: true
+	// A writes late: false
+	// qty: 99
+}
+
+// Lock.Context ends as soon as the lock is known lost: here someone deletes
+// the key behind the holder's back, and the next renewal notices.
+func ExampleLock_Context() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := lock.New(goredis.New(rdb), lock.WithPrefix(examplePrefix))
+	defer locks.Close()
+	ctx := context.Background()
+
+	l, _ := locks.Lock(ctx, "job", lock.WithWatchdog(300*time.Millisecond))
+	rdb.Del(ctx, examplePrefix+"{job}")
+	<-l.Done()
+	fmt.Println(context.Cause(l.Context()))
+	// Output: lock: lost: renewal refused: the lock expired or was taken over
+}
+
+func ExampleNewRedlock() {
+	// Five independent Redis servers in production; here five databases of
+	// one, for the sake of a runnable example.
+	var nodes []lock.Redis
+	for db := range 5 {
+		rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, DB: db, ContextTimeoutEnabled: true})
+		defer rdb.Close()
+		nodes = append(nodes, goredis.New(rdb))
+	}
+	locks := lock.NewRedlock(nodes, lock.WithPrefix(examplePrefix))
+	defer locks.Close()
+	ctx := context.Background()
+
+	l, err := locks.TryLock(ctx, "settlement", lock.WithTTL(10*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("tokens from", len(l.Tokens()), "nodes")
+	fmt.Println(l.Unlock(ctx))
+	// Output:
+	// tokens from 5 nodes
+	// <nil>
+}
+
+func Example_rueidis() {
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{exampleAddr}})
+	if err != nil {
+		panic(err)
+	}
+	defer rc.Close()
+	locks := lock.New(rueidislock.New(rc), lock.WithPrefix(examplePrefix))
+	defer locks.Close()
+	ctx := context.Background()
+
+	l, err := locks.TryLock(ctx, "activity:7")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(l.Key(), l.Token() > 0)
+	l.Unlock(ctx)
+	// Output: activity:7 true
+}

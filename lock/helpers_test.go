@@ -1,0 +1,149 @@
+package lock_test
+
+import (
+	"context"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/seckilldev/seckill/internal/testenv"
+	"github.com/seckilldev/seckill/lock"
+	"github.com/seckilldev/seckill/lock/goredis"
+	rueidislock "github.com/seckilldev/seckill/lock/rueidis"
+)
+
+// adapter makes a lock.Redis for one Redis address.
+type adapter struct {
+	name string
+	dial func(t testing.TB, addr string) lock.Redis
+}
+
+var adapters = []adapter{
+	{"goredis", dialGoRedis},
+	{"rueidis", dialRueidis},
+}
+
+func dialGoRedis(t testing.TB, addr string) lock.Redis {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { c.Close() })
+	return goredis.New(c)
+}
+
+func dialRueidis(t testing.TB, addr string) lock.Redis {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableRetry: true,
+		ConnWriteTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return rueidislock.New(c)
+}
+
+// forEachAdapter runs f as a parallel subtest per adapter against the shared
+// Redis, with a fresh key prefix.
+func forEachAdapter(t *testing.T, f func(t *testing.T, a adapter, r lock.Redis, prefix string)) {
+	addr := testenv.RedisAddr(t)
+	for _, a := range adapters {
+		t.Run(a.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, a, a.dial(t, addr), testenv.Prefix(t)+":")
+		})
+	}
+}
+
+// newClient returns a lock client closed at the end of the test.
+func newClient(t testing.TB, r lock.Redis, prefix string, opts ...lock.Option) *lock.Client {
+	t.Helper()
+	c := lock.New(r, append([]lock.Option{lock.WithPrefix(prefix)}, opts...)...)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// rawClient is a plain go-redis client for looking at and tampering with
+// the keys behind the lock's back.
+func rawClient(t testing.TB, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// counting wraps a lock.Redis and counts the scripts it runs, for tests that
+// check how many round trips something costs, and can fail calls on demand.
+type counting struct {
+	lock.Redis
+	evals atomic.Int64
+	fail  atomic.Bool
+}
+
+func (c *counting) EvalSHA(ctx context.Context, sha string, keys, args []string) (int64, error) {
+	c.evals.Add(1)
+	if c.fail.Load() {
+		return 0, errInjected
+	}
+	return c.Redis.EvalSHA(ctx, sha, keys, args)
+}
+
+func (c *counting) Eval(ctx context.Context, src string, keys, args []string) (int64, error) {
+	c.evals.Add(1)
+	if c.fail.Load() {
+		return 0, errInjected
+	}
+	return c.Redis.Eval(ctx, src, keys, args)
+}
+
+type injected struct{}
+
+func (injected) Error() string { return "injected failure" }
+
+var errInjected error = injected{}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// checkGoroutines fails the test if, once it and its cleanups are done, more
+// goroutines run than before it started (clients' own goroutines included).
+func checkGoroutines(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			n := runtime.NumGoroutine()
+			if n <= before {
+				return
+			}
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<20)
+				buf = buf[:runtime.Stack(buf, true)]
+				t.Errorf("goroutine leak: %d before, %d after\n%s", before, n, buf)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
+const sigStop, sigCont = syscall.SIGSTOP, syscall.SIGCONT
