@@ -10,7 +10,10 @@ package seckill
 
 import (
 	"context"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // MaxStock bounds an activity's stock: large enough for any real sale, small
@@ -35,6 +38,8 @@ func (a *Activity) Validate() error {
 		return Errorf(EINVALID, "name must not be empty")
 	case len(a.Name) > 200:
 		return Errorf(EINVALID, "name must be at most 200 bytes")
+	case !utf8.ValidString(a.Name) || strings.ContainsFunc(a.Name, unicode.IsControl):
+		return Errorf(EINVALID, "name must be UTF-8 text without control characters")
 	case a.Stock < 1:
 		return Errorf(EINVALID, "stock must be at least 1")
 	case a.Stock > MaxStock:

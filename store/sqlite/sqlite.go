@@ -27,6 +27,25 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// ping opens the first connection. Its pragmas include the switch to WAL,
+// which needs the database to itself and fails at once with SQLITE_BUSY,
+// without waiting on the busy timeout, while another process opens the same
+// new file: so it is retried for up to BusyTimeout.
+func ping(ctx context.Context, db *sql.DB) error {
+	deadline := time.Now().Add(BusyTimeout)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		err := db.PingContext(ctx)
+		if err == nil || !strings.Contains(err.Error(), "SQLITE_BUSY") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+	}
+}
+
 // BusyTimeout is how long a statement waits for another connection's (or
 // process's) write lock before it fails with SQLITE_BUSY.
 const BusyTimeout = 10 * time.Second
@@ -66,7 +85,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		// Each connection to :memory: is a database of its own.
 		db.SetMaxOpenConns(1)
 	}
-	if err := db.PingContext(ctx); err != nil {
+	if err := ping(ctx, db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: cannot open %s: %w", path, err)
 	}
