@@ -51,7 +51,9 @@ type Config struct {
 	// MaxBatch bounds the grabs combined in one script call. Default 128.
 	MaxBatch int
 	// Pipelines is how many script calls per activity may be in flight at
-	// once. Default 2: one executing while the next batch forms.
+	// once. Default 1: every grab that arrives while a call is in flight
+	// joins the next one, which makes the batches as large as the crowd
+	// allows (measured: more grabs per second than 2, at a similar p99).
 	Pipelines int
 }
 
@@ -82,7 +84,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Engine {
 		cfg.MaxBatch = 128
 	}
 	if cfg.Pipelines <= 0 {
-		cfg.Pipelines = 2
+		cfg.Pipelines = 1
 	}
 	return &Engine{rdb: rdb, cfg: cfg, quit: make(chan struct{}), combiners: map[int64]*combiner{}}
 }
