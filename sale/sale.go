@@ -319,11 +319,24 @@ func (s *Service) load(ctx context.Context, id int64) error {
 				return err
 			}
 			loaded, err := s.engine.Load(ctx, a, buyers)
-			if loaded {
-				s.log.Info("activity loaded into redis", "activity", id, "remaining", a.Remaining, "buyers", len(buyers))
-				s.stats.Loads.Inc()
+			if err != nil || !loaded {
+				return err
 			}
-			return err
+			s.log.Info("activity loaded into redis", "activity", id, "remaining", a.Remaining, "buyers", len(buyers))
+			s.stats.Loads.Inc()
+			// A worker may have committed orders between the snapshot and
+			// the load: read the buyers again and tell Redis of any it
+			// missed (idempotent). Later commits reconcile themselves.
+			again, err := s.store.Buyers(ctx, id)
+			if err != nil {
+				return err
+			}
+			if n, err := s.engine.Reconcile(ctx, id, again); err != nil {
+				return err
+			} else if n > 0 {
+				s.log.Warn("orders committed during the load reconciled", "activity", id, "units", n)
+			}
+			return nil
 		}
 		if s.cfg.Serialize == nil {
 			return nil, do(ctx)

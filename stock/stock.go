@@ -30,10 +30,13 @@ var (
 	loadSrc string
 	//go:embed scripts/compensate.lua
 	compensateSrc string
+	//go:embed scripts/reconcile.lua
+	reconcileSrc string
 
 	grabScript       = redis.NewScript(grabSrc)
 	loadScript       = redis.NewScript(loadSrc)
 	compensateScript = redis.NewScript(compensateSrc)
+	reconcileScript  = redis.NewScript(reconcileSrc)
 )
 
 // ErrNotLoaded means Redis does not hold the activity (never loaded, or
@@ -322,15 +325,15 @@ func (e *Engine) PendingOrder(ctx context.Context, activityID, oid, uid int64, i
 
 // Compensate gives back the stock and buyer mark of order oid of user uid,
 // exactly once (see compensate.lua). keepOrder, if not 0, is the user's
-// order in the database, which the user keeps. It reports whether anything
-// was given back.
+// order in the database (oid failed as its duplicate), which the user keeps
+// along with the unit. It reports whether anything was done.
 func (e *Engine) Compensate(ctx context.Context, activityID, uid, oid, keepOrder int64) (bool, error) {
 	k := e.Keys(activityID)
 	keep := ""
 	if keepOrder != 0 {
 		keep = strconv.FormatInt(keepOrder, 10)
 	}
-	n, err := compensateScript.Run(ctx, e.rdb, []string{k.Stock, k.Buyers},
+	n, err := compensateScript.Run(ctx, e.rdb, []string{k.Stock, k.Buyers, k.Debt},
 		uid, oid, keep, e.EventsChannel(), activityID).Int()
 	if err != nil {
 		return false, fmt.Errorf("stock: compensate order %d: %w", oid, err)
@@ -338,12 +341,40 @@ func (e *Engine) Compensate(ctx context.Context, activityID, uid, oid, keepOrder
 	return n == 1, nil
 }
 
+// Reconcile makes Redis account for orders the database confirmed (see
+// reconcile.lua): the buyer marks and the units of those Redis does not
+// know. It is idempotent. It returns the units taken, or ErrNotLoaded.
+func (e *Engine) Reconcile(ctx context.Context, activityID int64, buyers []seckill.Buyer) (int64, error) {
+	if len(buyers) == 0 {
+		return 0, nil
+	}
+	k := e.Keys(activityID)
+	var total int64
+	const chunk = 1000
+	for i := 0; i < len(buyers); i += chunk {
+		part := buyers[i:min(i+chunk, len(buyers))]
+		args := make([]any, 0, 2*len(part))
+		for _, b := range part {
+			args = append(args, strconv.FormatInt(b.UserID, 10), strconv.FormatInt(b.OrderID, 10))
+		}
+		n, err := reconcileScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Buyers, k.Debt}, args...).Int64()
+		if err != nil {
+			return total, fmt.Errorf("stock: reconcile activity %d: %w", activityID, err)
+		}
+		if n < 0 {
+			return total, ErrNotLoaded
+		}
+		total += n
+	}
+	return total, nil
+}
+
 // Preload loads the scripts into the server's cache so that the first grabs
 // do not pay for a NOSCRIPT round trip. On a cluster it loads on every
 // master.
 func (e *Engine) Preload(ctx context.Context) error {
 	load := func(ctx context.Context, c redis.Scripter) error {
-		for _, s := range []*redis.Script{grabScript, loadScript, compensateScript} {
+		for _, s := range []*redis.Script{grabScript, loadScript, compensateScript, reconcileScript} {
 			if err := s.Load(ctx, c).Err(); err != nil {
 				return err
 			}

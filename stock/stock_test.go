@@ -218,3 +218,62 @@ func TestPendingOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestReconcile: confirmed orders Redis did not know take their units and
+// marks once; a user who grabbed again keeps one unit; with no stock left
+// the unit becomes a debt that the next refused order pays.
+func TestReconcile(t *testing.T) {
+	e := newEngine(t)
+	ctx := context.Background()
+	if _, err := e.Reconcile(ctx, 1, []seckill.Buyer{{UserID: 1, OrderID: 101}}); !errors.Is(err, stock.ErrNotLoaded) {
+		t.Fatalf("reconcile of an unloaded activity: got %v, want ErrNotLoaded", err)
+	}
+	if _, err := e.Load(ctx, openActivity(1, 4), nil); err != nil {
+		t.Fatal(err)
+	}
+	remaining := func() int64 { n, _ := e.Remaining(ctx, 1); return n }
+	confirmed := []seckill.Buyer{{UserID: 1, OrderID: 101}, {UserID: 2, OrderID: 102}}
+	for i := range 2 {
+		if n, err := e.Reconcile(ctx, 1, confirmed); err != nil || n != int64(2*(1-i)) {
+			t.Fatalf("reconcile #%d: got %d %v", i+1, n, err)
+		}
+	}
+	if got := remaining(); got != 2 {
+		t.Fatalf("remaining after reconciling 2 orders: %d, want 2", got)
+	}
+	// User 3 grabbed again (order 203) before the database's order 103 was
+	// reconciled: one unit for the user, the mark moves to 103, and the
+	// duplicate's compensation changes nothing.
+	if _, err := e.Grab(ctx, 1, 3, 203); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.Reconcile(ctx, 1, []seckill.Buyer{{UserID: 3, OrderID: 103}}); err != nil || n != 0 {
+		t.Fatalf("reconcile of a user who grabbed again: %d %v", n, err)
+	}
+	if done, _ := e.Compensate(ctx, 1, 3, 203, 103); done {
+		t.Error("the duplicate's compensation acted although the mark moved")
+	}
+	if got := remaining(); got != 1 {
+		t.Fatalf("remaining: %d, want 1", got)
+	}
+	// The last unit goes to user 9 in Redis while the database confirmed
+	// user 8: a debt, paid by user 9's refusal.
+	if _, err := e.Grab(ctx, 1, 9, 209); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.Reconcile(ctx, 1, []seckill.Buyer{{UserID: 8, OrderID: 108}}); err != nil || n != 1 {
+		t.Fatalf("reconcile without stock: %d %v", n, err)
+	}
+	if got := remaining(); got != 0 {
+		t.Errorf("remaining went to %d, want 0", got)
+	}
+	if done, _ := e.Compensate(ctx, 1, 9, 209, 0); !done {
+		t.Fatal("the refused order was not compensated")
+	}
+	if got := remaining(); got != 0 {
+		t.Errorf("remaining after paying the debt: %d, want 0", got)
+	}
+	if debt, _ := e.Client().Get(ctx, e.Keys(1).Debt).Int64(); debt != 0 {
+		t.Errorf("debt left: %d", debt)
+	}
+}

@@ -14,6 +14,7 @@ type Metrics struct {
 	Compensations prometheus.Counter
 	Claimed       prometheus.Counter
 	Malformed     prometheus.Counter
+	Reconciled    prometheus.Counter
 	BatchSeconds  prometheus.Histogram
 }
 
@@ -36,6 +37,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "seckill_stream_malformed_total",
 			Help: "Stream entries dropped because they name no order.",
 		}),
+		Reconciled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seckill_reconciled_units_total",
+			Help: "Units of confirmed orders that Redis had lost and was told about again.",
+		}),
 		BatchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "seckill_worker_batch_seconds",
 			Help:    "Time to write, compensate and acknowledge one batch.",
@@ -43,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Orders, m.Compensations, m.Claimed, m.Malformed, m.BatchSeconds)
+		reg.MustRegister(m.Orders, m.Compensations, m.Claimed, m.Malformed, m.Reconciled, m.BatchSeconds)
 	}
 	return m
 }

@@ -357,14 +357,49 @@ func (w *Worker) process(ctx context.Context, activityID int64, msgs []redis.XMe
 			return err
 		}
 	}
-	if _, err := retry(work, func(ctx context.Context) (int64, error) {
+	acked, err := retry(work, func(ctx context.Context) (int64, error) {
 		return w.rdb.XAck(ctx, w.engine.Keys(activityID).Orders, stock.Group, ids...).Result()
-	}); err != nil {
+	})
+	if err != nil {
 		log.Warn("ack failed; entries will be redelivered (harmless)", "err", err)
 		return err
 	}
+	if acked < int64(len(ids)) {
+		// Some entries were no longer pending: another worker finished them
+		// (harmless), or Redis lost the stream, and perhaps rebuilt the
+		// activity from a snapshot taken before this commit.
+		w.reconcile(work, activityID, reqs, outcomes, log)
+	}
 	w.metrics.observe(outcomes, time.Since(began))
 	return nil
+}
+
+// reconcile tells Redis about the batch's confirmed orders that it may not
+// know (stock.Engine.Reconcile), waiting for the activity to be loaded
+// again if Redis lost it.
+func (w *Worker) reconcile(ctx context.Context, activityID int64, reqs []seckill.OrderRequest, outcomes []seckill.Outcome, log *slog.Logger) {
+	var confirmed []seckill.Buyer
+	for i, o := range outcomes {
+		if o.Status == seckill.OrderConfirmed {
+			confirmed = append(confirmed, seckill.Buyer{UserID: reqs[i].UserID, OrderID: reqs[i].OrderID})
+		}
+	}
+	b := newBackoff()
+	for ctx.Err() == nil {
+		n, err := w.engine.Reconcile(ctx, activityID, confirmed)
+		if err == nil {
+			if n > 0 {
+				log.Warn("redis had lost confirmed orders; reconciled", "units", n)
+				w.metrics.Reconciled.Add(float64(n))
+			}
+			return
+		}
+		if !errors.Is(err, stock.ErrNotLoaded) {
+			log.Warn("reconcile", "err", err)
+		}
+		b.sleep(ctx)
+	}
+	log.Error("reconcile gave up: the activity was not loaded in time", "orders", len(confirmed))
 }
 
 // heartbeat keeps the entries in hand from looking idle while process

@@ -6,19 +6,26 @@
 --
 -- KEYS[1] stock   string
 -- KEYS[2] buyers  hash
+-- KEYS[3] debt    string (see reconcile.lua)
 -- ARGV[1] uid  ARGV[2] oid
--- ARGV[3] the user's order that the database holds ("" if none): the user
---         keeps that one instead of losing the mark
+-- ARGV[3] the user's order that the database holds ("" if none). Then the
+--         order failed as a duplicate: Redis had lost the user's real order,
+--         whose unit this one took in its stead. The user keeps that order
+--         and the unit stays taken.
 -- ARGV[4] pub/sub channel told that stock came back  ARGV[5] message
 --
--- Returns 1 if stock was given back, 0 if nothing was to be done.
+-- Returns 1 if the stock or mark was handled, 0 if nothing was to be done.
 if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then
   return 0
 end
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-else
-  redis.call('HDEL', KEYS[2], ARGV[1])
+  return 1
+end
+redis.call('HDEL', KEYS[2], ARGV[1])
+if tonumber(redis.call('GET', KEYS[3]) or '0') > 0 then
+  redis.call('DECR', KEYS[3])
+  return 1
 end
 redis.call('INCR', KEYS[1])
 redis.call('PUBLISH', ARGV[4], ARGV[5])

@@ -1,0 +1,39 @@
+-- reconcile.lua: teach Redis about orders the database confirmed but Redis
+-- does not know: a worker committed a batch read from a stream that Redis
+-- has since lost (a restart without persistence), after the activity was
+-- rebuilt from a database snapshot taken before that commit. Idempotent:
+-- the buyer mark is the receipt.
+--
+-- KEYS[1] meta    hash   (only checked: is the activity loaded?)
+-- KEYS[2] stock   string
+-- KEYS[3] buyers  hash
+-- KEYS[4] debt    string units taken while the stock was 0, owed by the
+--                 next compensations (see compensate.lua)
+-- ARGV: uid1, oid1, uid2, oid2, ... (confirmed orders)
+--
+-- Returns -1 if the activity is not loaded, else the units taken.
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return -1
+end
+local taken = 0
+for i = 1, #ARGV, 2 do
+  local uid, oid = ARGV[i], ARGV[i + 1]
+  local mark = redis.call('HGET', KEYS[3], uid)
+  if mark ~= oid then
+    redis.call('HSET', KEYS[3], uid, oid)
+    -- A user Redis did not know takes a unit now. A user who grabbed
+    -- again meanwhile already took one, under an order the database will
+    -- refuse as a duplicate of this one: that unit is this order's.
+    if not mark then
+      taken = taken + 1
+      if tonumber(redis.call('GET', KEYS[2])) > 0 then
+        redis.call('DECR', KEYS[2])
+      else
+        -- Redis sold this unit to a grab the database will refuse for
+        -- lack of stock; that refusal pays the debt instead of restocking.
+        redis.call('INCR', KEYS[4])
+      end
+    end
+  end
+end
+return taken
