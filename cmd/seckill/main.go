@@ -24,6 +24,7 @@ commands:
   worker   run the order worker alone
   demo     run a whole sale on embedded defaults and verify it
   bench    load-test a service and verify it; --baseline, --compare
+  soak     a long run across API and worker processes with kills and pauses, verified
   help     show this text
 
 Run "seckill <command> -h" for a command's flags. Every flag has an
@@ -52,6 +53,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = demoCmd(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = benchCmd(ctx, args[1:], stdout, stderr)
+	case "soak":
+		err = soakCmd(ctx, args[1:], stdout, stderr)
 	case "baseline-server":
 		err = baselineServerCmd(ctx, args[1:], stdout, stderr)
 	case "worker":
