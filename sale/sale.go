@@ -135,11 +135,7 @@ type Grabbed struct {
 	New     bool // false: the user already held this order
 }
 
-var (
-	errUnavailable = seckill.Errorf(seckill.EUNAVAILABLE, "the sale is being loaded; try again shortly")
-	errNotStarted  = seckill.Errorf(seckill.ENOTSTARTED, "the sale has not started")
-	errEnded       = seckill.Errorf(seckill.EENDED, "the sale has ended")
-)
+var errUnavailable = seckill.Errorf(seckill.EUNAVAILABLE, "the sale is being loaded; try again shortly")
 
 // Grab tries to buy one unit of activity id for user uid.
 func (s *Service) Grab(ctx context.Context, id, uid int64) (g Grabbed, err error) {
@@ -154,9 +150,9 @@ func (s *Service) Grab(ctx context.Context, id, uid int64) (g Grabbed, err error
 	now := time.Now()
 	switch {
 	case now.Before(e.a.StartsAt):
-		return Grabbed{}, errNotStarted
+		return Grabbed{}, stock.ErrNotStarted
 	case !now.Before(e.a.EndsAt):
-		return Grabbed{}, errEnded
+		return Grabbed{}, stock.ErrEnded
 	}
 	e.mu.Lock()
 	oid, known := e.buyers[uid]

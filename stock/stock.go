@@ -179,9 +179,10 @@ const (
 // found no stock.
 var ErrSoldOut = seckill.Errorf(seckill.ESOLDOUT, "sold out")
 
+// ErrNotStarted and ErrEnded answer grabs outside the sale window.
 var (
-	errNotStarted = seckill.Errorf(seckill.ENOTSTARTED, "the sale has not started")
-	errEnded      = seckill.Errorf(seckill.EENDED, "the sale has ended")
+	ErrNotStarted = seckill.Errorf(seckill.ENOTSTARTED, "the sale has not started")
+	ErrEnded      = seckill.Errorf(seckill.EENDED, "the sale has ended")
 )
 
 // decodeBatch turns grab.lua's reply into one result or error per request.
@@ -203,9 +204,9 @@ func decodeBatch(reply any, n int) ([]Result, []error, error) {
 	case statusNotLoaded:
 		batchErr = ErrNotLoaded
 	case statusNotStarted:
-		batchErr = errNotStarted
+		batchErr = ErrNotStarted
 	case statusEnded:
-		batchErr = errEnded
+		batchErr = ErrEnded
 	default:
 		return nil, nil, fmt.Errorf("stock: unexpected grab status %d", status)
 	}
