@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -332,23 +331,34 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 // errorCache keeps the encoded bodies of recurring errors: after a sell-out
-// nearly every reply is the same sold_out body.
-var errorCache sync.Map // code + "\x00" + message -> []byte
-
-func errorJSON(code, message string) []byte {
-	key := code + "\x00" + message
-	if b, ok := errorCache.Load(key); ok {
-		return b.([]byte)
-	}
-	b, _ := json.Marshal(errorBody(code, message))
-	b = append(b, '\n')
-	if errorCacheSize.Add(1) <= 1000 { // messages naming ids vary: keep it bounded
-		errorCache.Store(key, b)
-	}
-	return b
+// nearly every reply is the same sold_out body. Lookups do not allocate.
+var errorCache struct {
+	sync.RWMutex
+	m map[errorKey][]byte
 }
 
-var errorCacheSize atomic.Int64
+type errorKey struct{ code, message string }
+
+func errorJSON(code, message string) []byte {
+	k := errorKey{code, message}
+	errorCache.RLock()
+	b, ok := errorCache.m[k]
+	errorCache.RUnlock()
+	if ok {
+		return b
+	}
+	b, _ = json.Marshal(errorBody(code, message))
+	b = append(b, '\n')
+	errorCache.Lock()
+	if errorCache.m == nil {
+		errorCache.m = map[errorKey][]byte{}
+	}
+	if len(errorCache.m) < 1000 { // messages naming ids vary: keep it bounded
+		errorCache.m[k] = b
+	}
+	errorCache.Unlock()
+	return b
+}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header()["Content-Type"] = jsonType

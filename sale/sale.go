@@ -67,7 +67,7 @@ type Service struct {
 type entry struct {
 	a seckill.Activity // immutable fields only; Remaining is stale
 
-	mu          sync.Mutex
+	mu          sync.RWMutex
 	soldOutTill time.Time       // sold out, trusted until then
 	buyers      map[int64]int64 // user -> order, as answered by Redis
 	loading     bool            // a rebuild runs: answer unavailable
@@ -155,10 +155,10 @@ func (s *Service) Grab(ctx context.Context, id, uid int64) (g Grabbed, err error
 	case !now.Before(e.a.EndsAt):
 		return Grabbed{}, stock.ErrEnded
 	}
-	e.mu.Lock()
+	e.mu.RLock()
 	oid, known := e.buyers[uid]
 	soldOut, loading := now.Before(e.soldOutTill), e.loading
-	e.mu.Unlock()
+	e.mu.RUnlock()
 	switch {
 	case known:
 		return Grabbed{OrderID: oid}, nil
