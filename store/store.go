@@ -5,8 +5,11 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx", for SQL
 
 	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/store/mysql"
@@ -54,4 +57,31 @@ func Open(ctx context.Context, rawURL string) (seckill.Store, error) {
 		err = fmt.Errorf("store: unsupported database URL scheme %q: want %s", scheme, Schemes)
 	}
 	return s, err
+}
+
+// SQL opens a database/sql handle on the database that rawURL names, in the
+// forms Open takes, without pinging or migrating it: for tools that read the
+// tables directly (the invariant checker, tests). The caller closes it.
+func SQL(rawURL string) (*sql.DB, error) {
+	scheme, _, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return nil, fmt.Errorf("store: database URL has no scheme: want %s", Schemes)
+	}
+	switch strings.ToLower(scheme) {
+	case "postgres", "postgresql":
+		return sql.Open("pgx", rawURL)
+	case "mysql":
+		cfg, err := mysql.Config(rawURL)
+		if err != nil {
+			return nil, err
+		}
+		return sql.Open("mysql", cfg.FormatDSN())
+	case "sqlite":
+		dsn, err := sqlite.DSN(rawURL)
+		if err != nil {
+			return nil, err
+		}
+		return sql.Open("sqlite", dsn)
+	}
+	return nil, fmt.Errorf("store: unsupported database URL scheme %q: want %s", scheme, Schemes)
 }

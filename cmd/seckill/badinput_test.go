@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib"
-
 	"github.com/seckilldev/seckill/internal/testenv"
+	"github.com/seckilldev/seckill/store"
 )
 
-// sqlDB opens a PostgreSQL URL for direct SQL in tests.
-func sqlDB(url string) (*sql.DB, error) { return sql.Open("pgx", url) }
+// sqlDB opens a database URL for direct SQL in tests.
+func sqlDB(url string) (*sql.DB, error) { return store.SQL(url) }
 
 // TestBadInput: every endpoint answers bad input with a 4xx and the right
 // code, never a 5xx, and changes nothing.

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"fmt"
 	"net/http"
 	"os"
@@ -214,7 +213,7 @@ func TestMultiProcess(t *testing.T) {
 		}
 	}
 
-	db, err := sql.Open("pgx", dbURL)
+	db, err := sqlDB(dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,6 +61,22 @@ type Store struct {
 
 var _ seckill.Store = (*Store)(nil)
 
+// DSN turns a sqlite:// URL into the driver's data source name, with the
+// store's own pragmas: the busy timeout, foreign keys, WAL and
+// _txlock=immediate (see Open for the URL forms).
+func DSN(url string) (string, error) {
+	path, params, err := parseURL(url)
+	if err != nil {
+		return "", err
+	}
+	dsn := path + fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_txlock=immediate",
+		BusyTimeout.Milliseconds())
+	if params != "" {
+		dsn += "&" + params
+	}
+	return dsn, nil
+}
+
 // Open opens the database at url, creating the file if needed, and applies
 // the migrations it lacks. url is sqlite:///abs/path.db, sqlite://rel/path.db
 // (relative to the working directory) or sqlite://:memory:, optionally with
@@ -68,14 +84,13 @@ var _ seckill.Store = (*Store)(nil)
 // foreign keys, WAL and _txlock=immediate are the store's own. An in-memory
 // database lives on one connection, which the store keeps open until Close.
 func Open(ctx context.Context, url string) (*Store, error) {
-	path, params, err := parseURL(url)
+	path, _, err := parseURL(url)
 	if err != nil {
 		return nil, err
 	}
-	dsn := path + fmt.Sprintf("?_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_txlock=immediate",
-		BusyTimeout.Milliseconds())
-	if params != "" {
-		dsn += "&" + params
+	dsn, err := DSN(url)
+	if err != nil {
+		return nil, err
 	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
