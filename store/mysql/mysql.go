@@ -387,7 +387,7 @@ func read(ctx context.Context, tx *sql.Tx, reqs []seckill.OrderRequest, holders 
 	activities := sqlstore.ActivityIDs(reqs)
 
 	const qLock = `SELECT id, remaining FROM activities WHERE id IN (%s) ORDER BY id FOR UPDATE`
-	err := query(ctx, tx, fmt.Sprintf(qLock, sqlstore.Params(len(activities))), args(activities), func(rows *sql.Rows) error {
+	err := sqlstore.Query(ctx, tx, fmt.Sprintf(qLock, sqlstore.Params(len(activities))), sqlstore.Args(activities), func(rows *sql.Rows) error {
 		var id, remaining int64
 		if err := rows.Scan(&id, &remaining); err != nil {
 			return err
@@ -403,8 +403,8 @@ func read(ctx context.Context, tx *sql.Tx, reqs []seckill.OrderRequest, holders 
 SELECT id, 'confirmed', '', 0 FROM orders WHERE id IN (%[1]s)
 UNION ALL
 SELECT order_id, 'failed', reason, COALESCE(existing_order_id, 0) FROM order_failures WHERE order_id IN (%[1]s)`
-	ids := args(sqlstore.OrderIDs(reqs))
-	err = query(ctx, tx, fmt.Sprintf(qOutcomes, sqlstore.Params(len(ids))), append(ids, ids...), func(rows *sql.Rows) error {
+	ids := sqlstore.Args(sqlstore.OrderIDs(reqs))
+	err = sqlstore.Query(ctx, tx, fmt.Sprintf(qOutcomes, sqlstore.Params(len(ids))), append(ids, ids...), func(rows *sql.Rows) error {
 		var id int64
 		var o seckill.Outcome
 		if err := rows.Scan(&id, &o.Status, &o.Reason, &o.ExistingOrderID); err != nil {
@@ -422,8 +422,8 @@ SELECT order_id, 'failed', reason, COALESCE(existing_order_id, 0) FROM order_fai
 	}
 	const qHolders = `SELECT user_id, id FROM orders WHERE activity_id = ? AND user_id IN (%s)`
 	for _, a := range activities {
-		users := args(sqlstore.Users(reqs, a))
-		err := query(ctx, tx, fmt.Sprintf(qHolders, sqlstore.Params(len(users))), append([]any{a}, users...), func(rows *sql.Rows) error {
+		users := sqlstore.Args(sqlstore.Users(reqs, a))
+		err := sqlstore.Query(ctx, tx, fmt.Sprintf(qHolders, sqlstore.Params(len(users))), append([]any{a}, users...), func(rows *sql.Rows) error {
 			var user, id int64
 			if err := rows.Scan(&user, &id); err != nil {
 				return err
@@ -499,28 +499,6 @@ func exec(ctx context.Context, tx *sql.Tx, want int, q string, args ...any) erro
 }
 
 // query runs q and calls scan for each row.
-func query(ctx context.Context, tx *sql.Tx, q string, args []any, scan func(*sql.Rows) error) error {
-	rows, err := tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := scan(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
-}
-
-func args(ids []int64) []any {
-	a := make([]any, len(ids))
-	for i, id := range ids {
-		a[i] = id
-	}
-	return a
-}
-
 // retryable reports the errors after which rerunning the transaction can
 // succeed: ER_LOCK_DEADLOCK and ER_LOCK_WAIT_TIMEOUT.
 func retryable(err error) bool {

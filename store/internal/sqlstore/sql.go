@@ -1,6 +1,8 @@
 package sqlstore
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"io/fs"
 	"path"
@@ -51,4 +53,28 @@ func Migrations(fsys fs.FS, dir string) ([]Migration, error) {
 		return nil, fmt.Errorf("no migrations in %s", dir)
 	}
 	return ms, nil
+}
+
+// Query runs q in tx and calls scan for each row (database/sql engines).
+func Query(ctx context.Context, tx *sql.Tx, q string, args []any, scan func(*sql.Rows) error) error {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// Args turns ids into query arguments.
+func Args(ids []int64) []any {
+	a := make([]any, len(ids))
+	for i, id := range ids {
+		a[i] = id
+	}
+	return a
 }
