@@ -378,11 +378,11 @@ func (s *Service) Order(ctx context.Context, oid, uid int64) (seckill.Order, err
 	}
 	// Not in the database (yet): pending if Redis knows it. Look in the
 	// activities that were open when the id was issued.
-	acts, err := s.store.Activities(ctx, idgen.Time(oid).Add(-time.Minute))
+	t := idgen.Time(oid)
+	acts, err := s.store.Activities(ctx, t.Add(-time.Minute))
 	if err != nil {
 		return seckill.Order{}, seckill.Errorf(seckill.EUNAVAILABLE, "the database cannot be reached right now")
 	}
-	t := idgen.Time(oid)
 	for _, a := range acts {
 		if t.Before(a.StartsAt.Add(-time.Minute)) {
 			continue
