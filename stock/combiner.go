@@ -12,6 +12,7 @@ import (
 // once and a crowd shares round trips.
 type combiner struct {
 	e     *Engine
+	id    int64
 	keys  Keys
 	queue chan *grabReq
 }
@@ -51,8 +52,9 @@ func (r *grabReq) wait() (Result, error) {
 
 func (c *combiner) run() {
 	batch := make([]*grabReq, 0, c.e.cfg.MaxBatch)
-	args := make([]any, 0, 2*c.e.cfg.MaxBatch)
-	keys := []string{c.keys.Meta, c.keys.Stock, c.keys.Buyers, c.keys.Orders}
+	args := make([]any, 0, 2+2*c.e.cfg.MaxBatch)
+	keys := []string{c.keys.Meta, c.keys.Stock, c.keys.Buyers, c.keys.Orders, c.keys.Awake}
+	wake, id := c.e.WakeChannel(), strconv.FormatInt(c.id, 10)
 	for {
 		select {
 		case r := <-c.queue:
@@ -70,7 +72,7 @@ func (c *combiner) run() {
 				break fill
 			}
 		}
-		args = args[:0]
+		args = append(args[:0], wake, id)
 		for _, r := range batch {
 			args = append(args, strconv.FormatInt(r.uid, 10), strconv.FormatInt(r.oid, 10))
 		}

@@ -13,6 +13,7 @@ type Keys struct {
 	Buyers string // hash: <user id> -> <order id>
 	Orders string // stream: one entry per accepted grab: o=<order id> u=<user id>; the entry id's milliseconds are the grab's time
 	Debt   string // string: units owed after a reconciliation found no stock (see scripts/reconcile.lua)
+	Awake  string // string: set while a worker is known to be reading Orders; its absence makes grab.lua wake the workers
 }
 
 // KeysFor returns the keys of activity id under prefix ("" means DefaultPrefix).
@@ -21,5 +22,5 @@ func KeysFor(prefix string, id int64) Keys {
 		prefix = DefaultPrefix
 	}
 	base := prefix + ":{a" + strconv.FormatInt(id, 10) + "}:"
-	return Keys{Meta: base + "meta", Stock: base + "stock", Buyers: base + "buyers", Orders: base + "orders", Debt: base + "debt"}
+	return Keys{Meta: base + "meta", Stock: base + "stock", Buyers: base + "buyers", Orders: base + "orders", Debt: base + "debt", Awake: base + "awake"}
 }

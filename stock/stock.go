@@ -105,6 +105,11 @@ func (e *Engine) Keys(activityID int64) Keys { return KeysFor(e.cfg.Prefix, acti
 // stock of an activity came back (message: the activity id).
 func (e *Engine) EventsChannel() string { return e.cfg.Prefix + ":events" }
 
+// WakeChannel is the pub/sub channel on which grab.lua wakes the workers
+// (message: the activity id) when an order arrives on a stream that no
+// worker is known to be reading (see Keys.Awake).
+func (e *Engine) WakeChannel() string { return e.cfg.Prefix + ":wake" }
+
 // Close stops the combiners; grabs still queued in them fail.
 func (e *Engine) Close() {
 	e.closing.Lock()
@@ -150,7 +155,7 @@ func (e *Engine) combiner(activityID int64) *combiner {
 	defer e.mu.Unlock()
 	c := e.combiners[activityID]
 	if c == nil {
-		c = &combiner{e: e, keys: e.Keys(activityID), queue: make(chan *grabReq, 4*e.cfg.MaxBatch)}
+		c = &combiner{e: e, id: activityID, keys: e.Keys(activityID), queue: make(chan *grabReq, 4*e.cfg.MaxBatch)}
 		e.combiners[activityID] = c
 		for range e.cfg.Pipelines {
 			e.wg.Add(1)

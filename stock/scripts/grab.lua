@@ -5,7 +5,12 @@
 -- KEYS[3] buyers  hash   <uid> -> <oid>
 -- KEYS[4] orders  stream one entry per accepted grab: o=<oid> u=<uid>; the
 --                 entry id's milliseconds are the time of the grab
--- ARGV[1], ARGV[2]   uid, oid of the first grab; then pairs for the others.
+-- KEYS[5] awake   string set while a worker reads the stream. When a grab is
+--                 accepted and it is absent, this script sets it and
+--                 publishes the activity id on ARGV[1], waking the workers:
+--                 one message per idle-to-busy change, none under load.
+-- ARGV[1] the workers' wake-up channel  ARGV[2] the activity id
+-- ARGV[3], ARGV[4]   uid, oid of the first grab; then pairs for the others.
 --                    Ids are decimal strings: Lua numbers are doubles and
 --                    would round 64-bit ids.
 --
@@ -29,7 +34,7 @@ end
 
 local out = {0, 0}
 local taken = 0
-for i = 1, #ARGV, 2 do
+for i = 3, #ARGV, 2 do
   local uid, oid = ARGV[i], ARGV[i + 1]
   -- While stock lasts, one HSETNX both checks and records the buyer.
   if remaining - taken > 0 and redis.call('HSETNX', KEYS[3], uid, oid) == 1 then
@@ -50,6 +55,9 @@ for i = 1, #ARGV, 2 do
 end
 if taken > 0 then
   remaining = redis.call('DECRBY', KEYS[2], taken)
+  if redis.call('SET', KEYS[5], '1', 'NX') then
+    redis.call('PUBLISH', ARGV[1], ARGV[2])
+  end
 end
 out[2] = remaining
 return out
