@@ -69,7 +69,7 @@ func (s *Sale) prepareLua(ctx context.Context, units []int64) error {
 	}
 	w := worker.New(itemsOnly{st, acts}, l.engine,
 		// No trimming: the stream is counted after the round.
-		worker.Config{Consumer: b.cfg.Prefix + "-worker", Block: 100 * time.Millisecond, TrimEvery: -1}, b.cfg.Log, nil)
+		worker.Config{Consumer: b.cfg.Prefix + "-worker", Poll: 100 * time.Millisecond, TrimEvery: -1}, b.cfg.Log, nil)
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	l.cancel, l.done = cancel, make(chan error, 1)
 	go func() { l.done <- w.Run(wctx) }()

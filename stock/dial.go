@@ -18,7 +18,28 @@ import (
 //
 // Timeouts are short: a flash sale prefers a fast "unavailable" to a queue
 // of requests waiting on a dead server.
-func Dial(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
+//
+// poolSize bounds the connections to each server (0: 64, enough for the
+// API's grab combining and lookups).
+func Dial(ctx context.Context, rawURL string, poolSize ...int) (redis.UniversalClient, error) {
+	pool := 64
+	if len(poolSize) > 0 && poolSize[0] > 0 {
+		pool = poolSize[0]
+	}
+	tune := func(dial, read, write *time.Duration, size *int) {
+		if *dial == 0 {
+			*dial = 2 * time.Second
+		}
+		if *read == 0 {
+			*read = time.Second
+		}
+		if *write == 0 {
+			*write = time.Second
+		}
+		if *size == 0 {
+			*size = pool
+		}
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("bad redis URL: %w", err)
@@ -61,19 +82,4 @@ func Dial(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("redis at %s does not answer: %w", u.Host, err)
 	}
 	return rdb, nil
-}
-
-func tune(dial, read, write *time.Duration, pool *int) {
-	if *dial == 0 {
-		*dial = 2 * time.Second
-	}
-	if *read == 0 {
-		*read = time.Second
-	}
-	if *write == 0 {
-		*write = time.Second
-	}
-	if *pool == 0 {
-		*pool = 64
-	}
 }

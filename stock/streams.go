@@ -105,7 +105,7 @@ func (e *Engine) Trim(ctx context.Context, activityID int64) (int64, error) {
 			last = g.LastDeliveredID
 		}
 	}
-	if last == "" || last == "0-0" {
+	if last == "" || last == "0-0" || last == "0" {
 		return 0, nil
 	}
 	minID, err := nextID(last)
@@ -122,14 +122,37 @@ func (e *Engine) Trim(ctx context.Context, activityID int64) (int64, error) {
 	return e.rdb.XTrimMinID(ctx, k.Orders, minID).Result()
 }
 
-// nextID returns the stream id right after id ("ms-seq").
+// nextID returns the stream id right after id ("ms-seq", or "ms" for
+// "ms-0", as the embedded Redis reports a new group's last id).
 func nextID(id string) (string, error) {
-	ms, seq, ok := strings.Cut(id, "-")
-	n, err := strconv.ParseUint(seq, 10, 64)
-	if !ok || err != nil {
-		return "", fmt.Errorf("stock: bad stream id %q", id)
+	ms, seq, err := parseID(id)
+	if err != nil {
+		return "", err
 	}
-	return ms + "-" + strconv.FormatUint(n+1, 10), nil
+	return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq+1, 10), nil
+}
+
+func parseID(id string) (ms, seq uint64, err error) {
+	msPart, seqPart, hasSeq := strings.Cut(id, "-")
+	ms, err = strconv.ParseUint(msPart, 10, 64)
+	if err == nil && hasSeq {
+		seq, err = strconv.ParseUint(seqPart, 10, 64)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("stock: bad stream id %q", id)
+	}
+	return ms, seq, nil
+}
+
+// IDLess reports whether stream id a comes before b; ids that do not
+// parse compare as equal.
+func IDLess(a, b string) bool {
+	am, as, err1 := parseID(a)
+	bm, bs, err2 := parseID(b)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return am < bm || am == bm && as < bs
 }
 
 func isNoStream(err error) bool {

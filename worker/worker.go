@@ -4,6 +4,10 @@
 // gives back stock for orders the database refused, and acknowledges only
 // after all that. Entries left pending by a dead worker are claimed after an
 // idle time; an entry delivered too often ends as a failed order.
+//
+// One loop serves every live activity, on a Redis client of the worker's
+// own, so that neither its goroutines nor its connections grow with the
+// number of sales (see Run).
 package worker
 
 import (
@@ -14,6 +18,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -31,10 +36,15 @@ type Config struct {
 	// resumes its own pending entries at once; under a new name they are
 	// claimed after ClaimIdle.
 	Consumer string
-	// Batch is the most entries read and written at once. Default 200.
+	// Batch is the most entries read from one stream and written at once.
+	// Default 200.
 	Batch int
-	// Block is how long a read waits for new entries. Default 1s.
-	Block time.Duration
+	// Parallel is how many batches (of different activities) are written
+	// at once. Default 4.
+	Parallel int
+	// Poll is how often streams that look idle are read anyway, in case a
+	// wake-up message was lost (a pub/sub reconnection). Default 2s.
+	Poll time.Duration
 	// ClaimIdle is how long an entry stays pending with a silent consumer
 	// before another worker claims it. Default 15s.
 	ClaimIdle time.Duration
@@ -46,11 +56,16 @@ type Config struct {
 	// Retention: activities that ended longer ago are no longer consumed.
 	// Default 24h.
 	Retention time.Duration
-	// DrainTimeout bounds the work on a batch in hand after Run's ctx ends.
+	// Retain is how long an activity's keys stay in Redis after its end;
+	// then, once every order of it is written, the worker deletes them.
+	// Default 10m; negative: never.
+	Retain time.Duration
+	// DrainTimeout bounds the drain when Run's ctx ends: the work on the
+	// batches in hand, and reading what the streams held at that moment.
 	// Default 30s.
 	DrainTimeout time.Duration
 	// TrimEvery is how often acknowledged entries are trimmed from the
-	// streams. Default 10s; negative: never.
+	// streams that had any. Default 10s; negative: never.
 	TrimEvery time.Duration
 }
 
@@ -62,8 +77,11 @@ func (c *Config) defaults() {
 	if c.Batch <= 0 {
 		c.Batch = 200
 	}
-	if c.Block <= 0 {
-		c.Block = time.Second
+	if c.Parallel <= 0 {
+		c.Parallel = 4
+	}
+	if c.Poll <= 0 {
+		c.Poll = 2 * time.Second
 	}
 	if c.ClaimIdle <= 0 {
 		c.ClaimIdle = 15 * time.Second
@@ -76,6 +94,9 @@ func (c *Config) defaults() {
 	}
 	if c.Retention <= 0 {
 		c.Retention = 24 * time.Hour
+	}
+	if c.Retain == 0 {
+		c.Retain = 10 * time.Minute
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = 30 * time.Second
@@ -103,7 +124,9 @@ type Worker struct {
 // errCrashed is the simulated crash of a test.
 var errCrashed = errors.New("worker: simulated crash")
 
-// New returns a worker. metrics may be nil.
+// New returns a worker over engine's Redis client, which should be the
+// worker's own: its reads must not wait behind, nor hold up, the API's
+// requests. metrics may be nil.
 func New(store seckill.Store, engine *stock.Engine, cfg Config, log *slog.Logger, metrics *Metrics) *Worker {
 	cfg.defaults()
 	if metrics == nil {
@@ -116,154 +139,458 @@ func New(store seckill.Store, engine *stock.Engine, cfg Config, log *slog.Logger
 // Consumer returns the worker's consumer name.
 func (w *Worker) Consumer() string { return w.cfg.Consumer }
 
-// Run consumes until ctx ends, then finishes the batch in hand (commit,
-// compensate, acknowledge) and returns nil.
+// stream is the worker's state of one activity's order stream.
+type stream struct {
+	a   seckill.Activity
+	key string
+	log *slog.Logger
+	// start is "0" until this consumer's own pending entries (from an
+	// earlier life under the same name) are read again, then ">".
+	start string
+	// hot streams are read every round; a cold one only on a wake-up
+	// message, on a poll, or in the drain.
+	hot       bool
+	claimAt   time.Time // next XAUTOCLAIM
+	claimFrom string    // XAUTOCLAIM cursor, "0-0" to start over
+	dirty     bool      // entries acknowledged since the last trim
+	// cutoff, in the drain, is the last entry the stream held when the
+	// drain began: reading stops past it.
+	cutoff string
+}
+
+// Run consumes until ctx ends, then drains (see Config.DrainTimeout) and
+// returns nil.
+//
+// Every activity's stream is served by this one loop. A round reads the
+// hot streams with one pipelined, non-blocking XREADGROUP each (on Redis
+// Cluster the client splits the pipeline by node), then writes the batches
+// it got, Parallel at a time. A stream that gives nothing is made cold: the
+// worker deletes its awake flag and reads once more, so that an order that
+// arrives from then on makes grab.lua set the flag again and publish the
+// activity on the wake-up channel. When every stream is cold the loop waits
+// on that channel, so an idle sale costs nothing but a read every Poll, and
+// a new order is read as soon as it is accepted.
 func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker started")
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	running := map[int64]bool{}
-	tick := time.NewTicker(w.cfg.Discover)
-	defer tick.Stop()
-	for {
-		acts, err := w.store.Activities(ctx, time.Now().Add(-w.cfg.Retention))
-		if err != nil && ctx.Err() == nil {
-			w.log.Warn("list activities", "err", err)
-		}
-		for _, a := range acts {
-			mu.Lock()
-			busy := running[a.ID]
-			running[a.ID] = true
-			mu.Unlock()
-			if busy {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				w.consume(ctx, a)
-				mu.Lock()
-				delete(running, a.ID)
-				mu.Unlock()
-			}()
-		}
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			w.log.Info("worker stopped")
-			return nil
-		case <-tick.C:
-		}
-	}
-}
+	sub := w.rdb.Subscribe(ctx, w.engine.WakeChannel())
+	defer sub.Close()
+	wake := sub.Channel(redis.WithChannelHealthCheckInterval(5 * time.Second))
 
-// consume runs the loop of one activity's stream, until ctx ends or the
-// activity ended longer than Retention ago and its stream is drained.
-func (w *Worker) consume(ctx context.Context, a seckill.Activity) {
-	activityID := a.ID
-	k := w.engine.Keys(activityID)
-	log := w.log.With("activity", activityID)
-	// Own entries left pending by an earlier life of this consumer first.
-	start := "0"
-	nextClaim := time.Time{}
+	streams := map[int64]*stream{}
+	retired := map[int64]time.Time{} // deleted from Redis: not consumed again (value: the activity's end)
+	discover := time.NewTicker(w.cfg.Discover)
+	defer discover.Stop()
+	poll := time.NewTimer(w.cfg.Poll)
+	defer poll.Stop()
 	nextTrim := time.Now().Add(w.cfg.TrimEvery)
-	backoff := newBackoff()
+	w.discover(ctx, streams, retired)
+
 	for ctx.Err() == nil {
-		if time.Now().After(nextClaim) {
-			err := w.claim(ctx, activityID, log)
-			if err == errCrashed {
-				return
+		// Wake-ups that came while busy.
+	wakeups:
+		for {
+			select {
+			case m := <-wake:
+				w.woken(ctx, m, streams, retired)
+			default:
+				break wakeups
 			}
-			if err != nil && ctx.Err() == nil {
-				log.Warn("claim idle entries", "err", err)
-			}
-			nextClaim = time.Now().Add(w.cfg.ClaimIdle / 3)
 		}
-		if time.Since(a.EndsAt) > w.cfg.Retention {
-			if st, err := w.engine.Stats(ctx, activityID); err == nil && st.Backlog() == 0 {
-				log.Info("activity retired: ended and drained")
-				return
-			}
+		if err := w.claimDue(ctx, streams); err == errCrashed {
+			return nil
 		}
 		if w.cfg.TrimEvery > 0 && time.Now().After(nextTrim) {
-			if n, err := w.engine.Trim(ctx, activityID); err != nil && ctx.Err() == nil {
-				log.Warn("trim stream", "err", err)
-			} else if n > 0 {
-				log.Debug("trimmed stream", "entries", n)
-			}
+			w.trim(ctx, streams)
 			nextTrim = time.Now().Add(w.cfg.TrimEvery)
 		}
-		streams, err := w.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: stock.Group, Consumer: w.cfg.Consumer, Streams: []string{k.Orders, start},
-			Count: int64(w.cfg.Batch), Block: w.cfg.Block,
-		}).Result()
-		if errors.Is(err, redis.Nil) {
-			backoff.reset()
+		hot := w.hot(streams)
+		if len(hot) == 0 {
+			select {
+			case <-ctx.Done():
+			case m := <-wake:
+				w.woken(ctx, m, streams, retired)
+			case <-discover.C:
+				w.discover(ctx, streams, retired)
+				w.retire(ctx, streams, retired)
+			case <-poll.C:
+				for _, s := range streams {
+					s.hot = true
+				}
+				poll.Reset(w.cfg.Poll)
+			}
 			continue
 		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return
+		select {
+		case <-discover.C:
+			w.discover(ctx, streams, retired)
+			w.retire(ctx, streams, retired)
+		case <-poll.C:
+			// Busy with some streams; the cold ones are polled all the same.
+			for _, s := range streams {
+				s.hot = true
 			}
-			if !stock.IsNoGroup(err) {
-				log.Warn("read stream", "err", err)
+			poll.Reset(w.cfg.Poll)
+		default:
+		}
+		got, err := w.round(ctx, hot)
+		if err == errCrashed {
+			return nil
+		}
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("read streams", "err", err)
+			sleep(ctx, w.cfg.Poll/4)
+		}
+		// Streams that gave nothing cool down: with the awake flag gone,
+		// the next accepted order wakes this loop. Read them once more
+		// after that, or an order accepted in between would wait for a poll.
+		var idle []*stream
+		for _, s := range hot {
+			if !got[s] && s.start == ">" {
+				idle = append(idle, s)
 			}
-			// NOGROUP: the activity is not (yet, or no longer) in Redis; the
-			// API loads it, with its group, on the next grab.
-			backoff.sleep(ctx)
+		}
+		if len(idle) > 0 && ctx.Err() == nil {
+			w.sleepFlags(ctx, idle)
+			if _, err := w.round(ctx, idle); err == errCrashed {
+				return nil
+			}
+		}
+	}
+	w.drain(streams)
+	w.log.Info("worker stopped")
+	return nil
+}
+
+// hot returns the streams to read this round.
+func (w *Worker) hot(streams map[int64]*stream) []*stream {
+	var hot []*stream
+	for _, s := range streams {
+		if s.hot {
+			hot = append(hot, s)
+		}
+	}
+	return hot
+}
+
+// round reads a batch from each stream with one pipeline and writes what
+// it got, Parallel batches at a time. A stream that gave entries stays hot;
+// one that gave none (or is not loaded) is left cold, except while its own
+// pending entries are being read again. It reports the streams that gave
+// entries.
+func (w *Worker) round(ctx context.Context, ss []*stream) (map[*stream]bool, error) {
+	pipe := w.rdb.Pipeline()
+	cmds := make([]*redis.XStreamSliceCmd, len(ss))
+	for i, s := range ss {
+		cmds[i] = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: stock.Group, Consumer: w.cfg.Consumer,
+			Streams: []string{s.key, s.start}, Count: int64(w.cfg.Batch), Block: -1})
+	}
+	_, _ = pipe.Exec(ctx)
+	got := make(map[*stream]bool)
+	var work []batch
+	var firstErr error
+	for i, s := range ss {
+		res, err := cmds[i].Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			// NOGROUP: the activity is not (yet, or no longer) in Redis;
+			// the API loads it, with its group, on the next grab, which
+			// then wakes this loop.
+			if !stock.IsNoGroup(err) && firstErr == nil && ctx.Err() == nil {
+				firstErr = fmt.Errorf("activity %d: %w", s.a.ID, err)
+			}
+			s.hot = false
 			continue
 		}
-		backoff.reset()
 		var msgs []redis.XMessage
-		for _, s := range streams {
-			msgs = append(msgs, s.Messages...)
+		for _, r := range res {
+			msgs = append(msgs, r.Messages...)
 		}
-		if start == "0" && len(msgs) == 0 {
-			start = ">" // own pending entries done
+		if len(msgs) == 0 {
+			if s.start != ">" {
+				s.start = ">" // own pending entries done; stay hot for new ones
+			} else {
+				s.hot = false
+			}
 			continue
 		}
-		if w.process(ctx, activityID, msgs, nil, log) == errCrashed {
-			return
+		got[s] = true
+		s.hot = true
+		if s.cutoff != "" && !stock.IDLess(msgs[len(msgs)-1].ID, s.cutoff) {
+			s.hot = false // drained up to where the drain began
 		}
-		if start == "0" {
-			start = msgs[len(msgs)-1].ID
+		if s.start != ">" {
+			s.start = msgs[len(msgs)-1].ID
+		}
+		work = append(work, batch{s: s, msgs: msgs})
+	}
+	if err := w.processAll(ctx, work); err != nil {
+		return got, err
+	}
+	return got, firstErr
+}
+
+// batch is entries of one stream to write.
+type batch struct {
+	s      *stream
+	msgs   []redis.XMessage
+	counts map[string]int64 // deliveries, for claimed entries
+}
+
+// processAll writes the batches, Parallel at a time.
+func (w *Worker) processAll(ctx context.Context, work []batch) error {
+	if len(work) == 0 {
+		return nil
+	}
+	sem := make(chan struct{}, w.cfg.Parallel)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var crashed bool
+	for _, b := range work {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := w.process(ctx, b.s.a.ID, b.msgs, b.counts, b.s.log)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == errCrashed:
+				crashed = true
+			case err == nil:
+				b.s.dirty = true
+			}
+		}()
+	}
+	wg.Wait()
+	if crashed {
+		return errCrashed
+	}
+	return nil
+}
+
+// sleepFlags deletes the awake flags of streams that gave nothing: the
+// next order accepted on one of them publishes a wake-up.
+func (w *Worker) sleepFlags(ctx context.Context, ss []*stream) {
+	pipe := w.rdb.Pipeline()
+	for _, s := range ss {
+		pipe.Del(ctx, w.engine.Keys(s.a.ID).Awake)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && ctx.Err() == nil {
+		w.log.Warn("clear awake flags", "err", err)
+	}
+}
+
+// woken handles a wake-up message: the activity it names is read next
+// round; one the worker does not know yet is looked up first.
+func (w *Worker) woken(ctx context.Context, m *redis.Message, streams map[int64]*stream, retired map[int64]time.Time) {
+	if m == nil {
+		return
+	}
+	id, err := strconv.ParseInt(m.Payload, 10, 64)
+	if err != nil {
+		return
+	}
+	if s := streams[id]; s != nil {
+		s.hot = true
+		return
+	}
+	if _, gone := retired[id]; gone {
+		return
+	}
+	a, err := w.store.Activity(ctx, id)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("look up woken activity", "activity", id, "err", err)
+		}
+		return
+	}
+	w.add(streams, a)
+}
+
+// add starts consuming an activity's stream.
+func (w *Worker) add(streams map[int64]*stream, a seckill.Activity) *stream {
+	s := &stream{a: a, key: w.engine.Keys(a.ID).Orders, log: w.log.With("activity", a.ID),
+		start: "0", hot: true, claimFrom: "0-0"}
+	streams[a.ID] = s
+	return s
+}
+
+// discover adds the activities that ended less than Retention ago and
+// drops those that ended before.
+func (w *Worker) discover(ctx context.Context, streams map[int64]*stream, retired map[int64]time.Time) {
+	since := time.Now().Add(-w.cfg.Retention)
+	acts, err := w.store.Activities(ctx, since)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("list activities", "err", err)
+		}
+		return
+	}
+	for _, a := range acts {
+		if _, gone := retired[a.ID]; !gone && streams[a.ID] == nil {
+			w.add(streams, a)
+		}
+	}
+	for id, s := range streams {
+		if s.a.EndsAt.Before(since) {
+			s.log.Info("activity no longer consumed: ended longer ago than the retention")
+			delete(streams, id)
+		}
+	}
+	for id, end := range retired {
+		if end.Before(since) {
+			delete(retired, id)
 		}
 	}
 }
 
-// claim takes over entries that another consumer left pending longer than
-// ClaimIdle, and processes them.
-func (w *Worker) claim(ctx context.Context, activityID int64, log *slog.Logger) error {
-	k := w.engine.Keys(activityID)
-	cursor := "0-0"
-	for ctx.Err() == nil {
-		msgs, next, err := w.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-			Stream: k.Orders, Group: stock.Group, Consumer: w.cfg.Consumer,
-			MinIdle: w.cfg.ClaimIdle, Start: cursor, Count: int64(w.cfg.Batch),
-		}).Result()
-		if err != nil {
-			if stock.IsNoGroup(err) {
-				return nil
-			}
-			return err
-		}
-		if len(msgs) > 0 {
-			w.metrics.Claimed.Add(float64(len(msgs)))
-			log.Info("claimed idle entries", "entries", len(msgs))
-			counts, err := w.deliveries(ctx, k.Orders, msgs)
-			if err != nil {
-				return err
-			}
-			if w.process(ctx, activityID, msgs, counts, log) == errCrashed {
-				return errCrashed
-			}
-		}
-		if next == "0-0" || next == "" {
-			return nil
-		}
-		cursor = next
+// retire deletes the Redis keys of activities that ended more than Retain
+// ago once every order of theirs is written (stock.Engine.Retire).
+func (w *Worker) retire(ctx context.Context, streams map[int64]*stream, retired map[int64]time.Time) {
+	if w.cfg.Retain < 0 {
+		return
 	}
-	return nil
+	for id, s := range streams {
+		if time.Since(s.a.EndsAt) < w.cfg.Retain || s.hot {
+			continue
+		}
+		done, err := w.engine.Retire(ctx, s.a, w.cfg.Retain)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("retire activity from redis", "err", err)
+			}
+			continue
+		}
+		if done {
+			s.log.Info("activity retired from redis: ended and every order written")
+			delete(streams, id)
+			retired[id] = s.a.EndsAt
+		}
+	}
+}
+
+// claimDue takes over, for each stream whose time has come, the entries
+// that other consumers left pending longer than ClaimIdle, and writes them.
+func (w *Worker) claimDue(ctx context.Context, streams map[int64]*stream) error {
+	now := time.Now()
+	var due []*stream
+	for _, s := range streams {
+		if now.After(s.claimAt) {
+			due = append(due, s)
+		}
+	}
+	if len(due) == 0 || ctx.Err() != nil {
+		return nil
+	}
+	pipe := w.rdb.Pipeline()
+	cmds := make([]*redis.XAutoClaimCmd, len(due))
+	for i, s := range due {
+		cmds[i] = pipe.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: s.key, Group: stock.Group,
+			Consumer: w.cfg.Consumer, MinIdle: w.cfg.ClaimIdle, Start: s.claimFrom, Count: int64(w.cfg.Batch)})
+	}
+	_, _ = pipe.Exec(ctx)
+	var work []batch
+	for i, s := range due {
+		msgs, next, err := cmds[i].Result()
+		s.claimAt = now.Add(w.cfg.ClaimIdle / 3)
+		if err != nil {
+			if !stock.IsNoGroup(err) && ctx.Err() == nil {
+				s.log.Warn("claim idle entries", "err", err)
+			}
+			continue
+		}
+		if next != "0-0" && next != "" && next != "0" {
+			s.claimFrom, s.claimAt = next, now // more to look at: next round
+		} else {
+			s.claimFrom = "0-0"
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		w.metrics.Claimed.Add(float64(len(msgs)))
+		s.log.Info("claimed idle entries", "entries", len(msgs))
+		counts, err := w.deliveries(ctx, s.key, msgs)
+		if err != nil {
+			s.log.Warn("read delivery counts", "err", err)
+			continue
+		}
+		work = append(work, batch{s: s, msgs: msgs, counts: counts})
+	}
+	return w.processAll(ctx, work)
+}
+
+// trim deletes the acknowledged entries of the streams that had any since
+// the last trim.
+func (w *Worker) trim(ctx context.Context, streams map[int64]*stream) {
+	for _, s := range streams {
+		if !s.dirty || ctx.Err() != nil {
+			continue
+		}
+		n, err := w.engine.Trim(ctx, s.a.ID)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("trim stream", "err", err)
+			}
+			continue
+		}
+		s.dirty = false
+		if n > 0 {
+			s.log.Debug("trimmed stream", "entries", n)
+		}
+	}
+}
+
+// drain, once Run's ctx has ended, writes what the streams held at that
+// moment: this consumer's own pending entries and every entry not yet
+// delivered, up to each stream's last entry then (what arrives later is
+// left to the workers that keep running). It gives up after DrainTimeout;
+// whatever is left stays in the streams for another worker.
+func (w *Worker) drain(streams map[int64]*stream) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.DrainTimeout)
+	defer cancel()
+	var ss []*stream
+	pipe := w.rdb.Pipeline()
+	var last []*redis.XMessageSliceCmd
+	for _, s := range streams {
+		ss = append(ss, s)
+		last = append(last, pipe.XRevRangeN(ctx, s.key, "+", "-", 1))
+	}
+	_, _ = pipe.Exec(ctx)
+	var todo []*stream
+	for i, s := range ss {
+		msgs, err := last[i].Result()
+		if err != nil || len(msgs) == 0 {
+			continue
+		}
+		s.cutoff, s.start, s.hot = msgs[0].ID, "0", true
+		todo = append(todo, s)
+	}
+	began := time.Now()
+	for ctx.Err() == nil {
+		hot := todo[:0:0]
+		for _, s := range todo {
+			if s.hot {
+				hot = append(hot, s)
+			}
+		}
+		if len(hot) == 0 {
+			break
+		}
+		if _, err := w.round(ctx, hot); err == errCrashed {
+			return
+		} else if err != nil && ctx.Err() == nil {
+			w.log.Warn("drain: read streams", "err", err)
+			sleep(ctx, 50*time.Millisecond)
+		}
+		// A stream's own pending entries read again ("0") leave it hot;
+		// after them, reading goes on with ">" up to the cutoff.
+	}
+	if ctx.Err() != nil {
+		w.log.Warn("drain timed out: orders left in the streams for another worker", "after", time.Since(began))
+		return
+	}
+	w.log.Info("drained: every order read was written", "took", time.Since(began))
 }
 
 // deliveries returns how often each message was delivered.
@@ -508,6 +835,16 @@ func drainContext(parent context.Context, grace time.Duration) (context.Context,
 		context.AfterFunc(ctx, func() { t.Stop() })
 	})
 	return ctx, func() { stop(); cancel() }
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 type backoff struct{ d time.Duration }

@@ -57,7 +57,7 @@ func (f *fixture) grab(t *testing.T, users ...int64) {
 }
 
 func (f *fixture) worker(name string, crash func(string) bool) *Worker {
-	w := New(f.store, f.engine, Config{Consumer: name, Batch: 4, Block: 100 * time.Millisecond,
+	w := New(f.store, f.engine, Config{Consumer: name, Batch: 4, Poll: 100 * time.Millisecond,
 		ClaimIdle: 300 * time.Millisecond, Discover: 50 * time.Millisecond},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	w.crashAt = crash

@@ -83,6 +83,19 @@ func (b *backendFlags) open(ctx context.Context, log *slog.Logger) (*backends, e
 	return bk, nil
 }
 
+// workerEngine returns an engine on a Redis client of its own for the
+// order worker, so that the worker's reads never take, nor wait for, the
+// connections of the API's grabs.
+func (bk *backends) workerEngine(ctx context.Context, b *backendFlags) (*stock.Engine, error) {
+	rdb, err := stock.Dial(ctx, b.redisURL, 8)
+	if err != nil {
+		return nil, fmt.Errorf("--redis: %w", err)
+	}
+	e := stock.New(rdb, stock.Config{Prefix: b.prefix})
+	bk.closers = append(bk.closers, rdb.Close, func() error { e.Close(); return nil })
+	return e, nil
+}
+
 // close releases everything in reverse order of opening.
 func (bk *backends) close() error {
 	var errs []error

@@ -19,12 +19,14 @@ type workerFlags struct {
 	consumer  string
 	batch     int
 	claimIdle time.Duration
+	retain    time.Duration
 }
 
 func (f *workerFlags) register(fs flagSet) {
 	fs.StringVar(&f.consumer, "consumer", "", "this worker's name in the consumer group (default: host-pid-random); a worker restarted under its old name resumes its pending orders at once")
 	fs.IntVar(&f.batch, "batch", 200, "orders written to the database in one transaction")
 	fs.DurationVar(&f.claimIdle, "claim-idle", 15*time.Second, "how long a dead worker's orders wait before another worker claims them")
+	fs.DurationVar(&f.retain, "redis-retention", 10*time.Minute, "how long an ended sale's keys stay in Redis; then, once all its orders are written, the worker deletes them and the database answers for it")
 }
 
 func (f *workerFlags) config() (worker.Config, error) {
@@ -33,8 +35,11 @@ func (f *workerFlags) config() (worker.Config, error) {
 		return worker.Config{}, usagef("--batch: %d is not between 1 and 10000", f.batch)
 	case f.claimIdle < 100*time.Millisecond:
 		return worker.Config{}, usagef("--claim-idle: %v is shorter than 100ms", f.claimIdle)
+	case f.retain < 0:
+		return worker.Config{}, usagef("--redis-retention: %v is negative", f.retain)
 	}
-	return worker.Config{Consumer: f.consumer, Batch: f.batch, ClaimIdle: f.claimIdle}, nil
+	return worker.Config{Consumer: f.consumer, Batch: f.batch, ClaimIdle: f.claimIdle,
+		Retain: max(f.retain, time.Millisecond)}, nil
 }
 
 func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {

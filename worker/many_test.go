@@ -1,0 +1,284 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckilldev/seckill"
+	"github.com/seckilldev/seckill/internal/testenv"
+	"github.com/seckilldev/seckill/stock"
+	"github.com/seckilldev/seckill/store"
+)
+
+// counter counts the commands a client sends, pipelined ones included.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// sales is many live activities in one database and one Redis namespace,
+// with an engine for the API's grabs and one of its own for the worker.
+type sales struct {
+	store    seckill.Store
+	api      *stock.Engine
+	wEngine  *stock.Engine
+	wClient  *redis.Client
+	commands *counter
+	acts     []seckill.Activity
+}
+
+func newSales(t *testing.T, n int, stockN int64, ends time.Duration) *sales {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "w.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	addr := testenv.RedisAddr(t)
+	prefix := testenv.Prefix(t)
+	apiClient := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { apiClient.Close() })
+	api := stock.New(apiClient, stock.Config{Prefix: prefix})
+	t.Cleanup(api.Close)
+	wClient := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 8})
+	t.Cleanup(func() { wClient.Close() })
+	c := &counter{}
+	wClient.AddHook(c)
+	s := &sales{store: st, api: api, wEngine: stock.New(wClient, stock.Config{Prefix: prefix}), wClient: wClient, commands: c}
+	t.Cleanup(s.wEngine.Close)
+	for i := range n {
+		a := seckill.Activity{Name: fmt.Sprintf("s%d", i), Stock: stockN,
+			StartsAt: time.Now().Add(-time.Minute), EndsAt: time.Now().Add(ends)}
+		if err := st.CreateActivity(ctx, &a); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := api.Load(ctx, a, nil); err != nil {
+			t.Fatal(err)
+		}
+		s.acts = append(s.acts, a)
+	}
+	return s
+}
+
+func (s *sales) worker(cfg Config) *Worker {
+	return New(s.store, s.wEngine, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+}
+
+// start runs w until the test ends.
+func start(t *testing.T, w *Worker) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once atomic.Bool
+	stop = func() {
+		if once.CompareAndSwap(false, true) {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached in 30s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *sales) written(t *testing.T, oid int64) bool {
+	_, err := s.store.Order(context.Background(), oid)
+	if err != nil && seckill.ErrorCode(err) != seckill.ENOTFOUND {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// TestManyActivities: one worker serves 300 live activities with a handful
+// of goroutines and connections; idle, it sends Redis nothing; an order on
+// any of them is written on its wake-up alone (the poll is an hour away).
+func TestManyActivities(t *testing.T) {
+	const n = 300
+	s := newSales(t, n, 100, time.Hour)
+	before := runtime.NumGoroutine()
+	w := s.worker(Config{Consumer: "w", Poll: time.Hour, ClaimIdle: time.Hour, Discover: 50 * time.Millisecond})
+	start(t, w)
+
+	// Settled: every stream was read once and went cold.
+	var last int64 = -1
+	waitFor(t, "worker idle", func() bool {
+		now := s.commands.n.Load()
+		settled := now == last && now >= 3*n
+		last = now
+		time.Sleep(50 * time.Millisecond)
+		return settled
+	})
+	idleFrom := s.commands.n.Load()
+	time.Sleep(500 * time.Millisecond)
+	if idle := s.commands.n.Load() - idleFrom; idle > 5 {
+		t.Errorf("idle worker sent %d redis commands in 500ms for %d activities, want (nearly) none", idle, n)
+	}
+	if g := runtime.NumGoroutine() - before; g > 30 {
+		t.Errorf("worker runs %d goroutines for %d activities, want a small bound", g, n)
+	}
+	if c := s.wClient.PoolStats().TotalConns; c > 8 {
+		t.Errorf("worker holds %d connections, want at most its pool of 8", c)
+	}
+
+	// Orders on activities spread over the list, one at a time: each must
+	// be written, woken by grab.lua's message.
+	for i := 0; i < n; i += 37 {
+		a := s.acts[i]
+		uid := int64(1000 + i)
+		r, err := s.api.Grab(context.Background(), a.ID, uid, 5000+int64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, fmt.Sprintf("order on activity %d written", a.ID), func() bool { return s.written(t, r.OrderID) })
+	}
+	// Busy, many at once: every activity gets an order.
+	var ids []int64
+	for i, a := range s.acts {
+		r, err := s.api.Grab(context.Background(), a.ID, int64(1_000_000+i), 9_000_000+int64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.OrderID)
+	}
+	waitFor(t, "every order written", func() bool {
+		for _, id := range ids {
+			if !s.written(t, id) {
+				return false
+			}
+		}
+		return true
+	})
+	// The grabs started the API engine's combiners too: they stop when idle.
+	waitFor(t, "goroutines back to a small bound after the busy round", func() bool {
+		return runtime.NumGoroutine()-before <= 30
+	})
+}
+
+// TestLostWakeup: an order whose wake-up message is lost (the awake flag
+// left set, as after a dropped subscription) is still written by the poll.
+func TestLostWakeup(t *testing.T) {
+	s := newSales(t, 3, 10, time.Hour)
+	w := s.worker(Config{Consumer: "w", Poll: 100 * time.Millisecond, Discover: 50 * time.Millisecond})
+	start(t, w)
+	a := s.acts[1]
+	time.Sleep(200 * time.Millisecond) // let the worker go cold
+	if err := s.api.Client().Set(context.Background(), s.api.Keys(a.ID).Awake, "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.api.Grab(context.Background(), a.ID, 7, 77)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "order written by the poll", func() bool { return s.written(t, r.OrderID) })
+}
+
+// TestDrain: when Run's ctx ends right after a burst of orders, Run returns
+// only once every order the streams held is written and acknowledged.
+func TestDrain(t *testing.T) {
+	s := newSales(t, 4, 1000, time.Hour)
+	w := s.worker(Config{Consumer: "w", Batch: 20, Poll: time.Hour, Discover: 50 * time.Millisecond})
+	stop := start(t, w)
+	time.Sleep(100 * time.Millisecond)
+	var ids []int64
+	for i := range 400 {
+		a := s.acts[i%len(s.acts)]
+		r, err := s.api.Grab(context.Background(), a.ID, int64(i+1), int64(100_000+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.OrderID)
+	}
+	stop()
+	for _, id := range ids {
+		if !s.written(t, id) {
+			t.Fatalf("order %d not written when Run returned", id)
+		}
+	}
+	for _, a := range s.acts {
+		st, err := s.api.Stats(context.Background(), a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Backlog() != 0 {
+			t.Errorf("activity %d: backlog %+v after the drain", a.ID, st)
+		}
+	}
+}
+
+// TestRetire: 200 activities sell and end; afterwards no key of theirs is
+// left in Redis and every order is in the database.
+func TestRetire(t *testing.T) {
+	const n = 200
+	s := newSales(t, n, 5, 3*time.Second)
+	ctx := context.Background()
+	var ids []int64
+	for i, a := range s.acts {
+		for u := range int64(3) {
+			r, err := s.api.Grab(ctx, a.ID, 10*int64(i)+u+1, int64(1000*i)+u+1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, r.OrderID)
+		}
+	}
+	if keys := s.keys(t); keys == 0 {
+		t.Fatal("no keys before the end")
+	}
+	w := s.worker(Config{Consumer: "w", Retain: time.Millisecond, Discover: 50 * time.Millisecond})
+	start(t, w)
+	waitFor(t, "every key retired", func() bool { return s.keys(t) == 0 })
+	for _, id := range ids {
+		o, err := s.store.Order(ctx, id)
+		if err != nil || o.Status != seckill.OrderConfirmed {
+			t.Fatalf("order %d: %+v, %v; want confirmed", id, o, err)
+		}
+	}
+}
+
+// keys counts the keys of the test's namespace.
+func (s *sales) keys(t *testing.T) int {
+	t.Helper()
+	var n int
+	iter := s.api.Client().Scan(context.Background(), 0, s.api.Prefix()+":*", 1000).Iterator()
+	for iter.Next(context.Background()) {
+		n++
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
