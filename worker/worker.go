@@ -43,7 +43,8 @@ type Config struct {
 	// at once. Default 4.
 	Parallel int
 	// Poll is how often streams that look idle are read anyway, in case a
-	// wake-up message was lost (a pub/sub reconnection). Default 2s.
+	// wake-up message was lost in a way the subscription cannot tell (the
+	// awake flag of a worker that died while reading). Default 5s.
 	Poll time.Duration
 	// ClaimIdle is how long an entry stays pending with a silent consumer
 	// before another worker claims it. Default 15s.
@@ -81,7 +82,7 @@ func (c *Config) defaults() {
 		c.Parallel = 4
 	}
 	if c.Poll <= 0 {
-		c.Poll = 2 * time.Second
+		c.Poll = 5 * time.Second
 	}
 	if c.ClaimIdle <= 0 {
 		c.ClaimIdle = 15 * time.Second
@@ -152,6 +153,9 @@ type stream struct {
 	hot       bool
 	claimAt   time.Time // next XAUTOCLAIM
 	claimFrom string    // XAUTOCLAIM cursor, "0-0" to start over
+	// settled: no entry was pending at the last claim, and none was
+	// delivered since: nothing to claim until the stream gets orders.
+	settled bool
 	dirty     bool      // entries acknowledged since the last trim
 	// cutoff, in the drain, is the last entry the stream held when the
 	// drain began: reading stops past it.
@@ -168,32 +172,66 @@ type stream struct {
 // worker deletes its awake flag and reads once more, so that an order that
 // arrives from then on makes grab.lua set the flag again and publish the
 // activity on the wake-up channel. When every stream is cold the loop waits
-// on that channel, so an idle sale costs nothing but a read every Poll, and
-// a new order is read as soon as it is accepted.
+// on that channel, so an idle sale costs nothing, and a new order is read
+// as soon as it is accepted. Cold streams are read anyway after the
+// subscription was re-established (messages may have been lost meanwhile)
+// and every Poll.
 func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker started")
 	sub := w.rdb.Subscribe(ctx, w.engine.WakeChannel())
 	defer sub.Close()
-	wake := sub.Channel(redis.WithChannelHealthCheckInterval(5 * time.Second))
+	wake := sub.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(5 * time.Second))
+	subscribed := false
 
 	streams := map[int64]*stream{}
 	retired := map[int64]time.Time{} // deleted from Redis: not consumed again (value: the activity's end)
 	discover := time.NewTicker(w.cfg.Discover)
 	defer discover.Stop()
-	poll := time.NewTimer(w.cfg.Poll)
+	poll := time.NewTicker(w.cfg.Poll)
 	defer poll.Stop()
 	nextTrim := time.Now().Add(w.cfg.TrimEvery)
 	w.discover(ctx, streams, retired)
 
+	// event handles what woke the loop; it reports whether to poll.
+	event := func(m any) (pollNow bool) {
+		switch m := m.(type) {
+		case *redis.Message:
+			w.woken(ctx, m, streams, retired)
+		case *redis.Subscription:
+			// The first confirmation is the subscription itself; a later
+			// one follows a reconnection, which may have lost messages.
+			pollNow, subscribed = subscribed, true
+		}
+		return pollNow
+	}
+	pollNow := false
 	for ctx.Err() == nil {
-		// Wake-ups that came while busy.
-	wakeups:
+	events:
 		for {
 			select {
 			case m := <-wake:
-				w.woken(ctx, m, streams, retired)
+				pollNow = event(m) || pollNow
+			case <-discover.C:
+				w.discover(ctx, streams, retired)
+				w.retire(ctx, streams, retired)
+			case <-poll.C:
+				pollNow = true
 			default:
-				break wakeups
+				break events
+			}
+		}
+		if pollNow {
+			// Read the cold streams; those with entries turn hot, the
+			// others stay cold (their flags are as they were).
+			var cold []*stream
+			for _, s := range streams {
+				if !s.hot {
+					cold = append(cold, s)
+				}
+			}
+			pollNow = false
+			if _, err := w.round(ctx, cold); err == errCrashed {
+				return nil
 			}
 		}
 		if err := w.claimDue(ctx, streams); err == errCrashed {
@@ -208,29 +246,14 @@ func (w *Worker) Run(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 			case m := <-wake:
-				w.woken(ctx, m, streams, retired)
+				pollNow = event(m)
 			case <-discover.C:
 				w.discover(ctx, streams, retired)
 				w.retire(ctx, streams, retired)
 			case <-poll.C:
-				for _, s := range streams {
-					s.hot = true
-				}
-				poll.Reset(w.cfg.Poll)
+				pollNow = true
 			}
 			continue
-		}
-		select {
-		case <-discover.C:
-			w.discover(ctx, streams, retired)
-			w.retire(ctx, streams, retired)
-		case <-poll.C:
-			// Busy with some streams; the cold ones are polled all the same.
-			for _, s := range streams {
-				s.hot = true
-			}
-			poll.Reset(w.cfg.Poll)
-		default:
 		}
 		got, err := w.round(ctx, hot)
 		if err == errCrashed {
@@ -238,7 +261,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		if err != nil && ctx.Err() == nil {
 			w.log.Warn("read streams", "err", err)
-			sleep(ctx, w.cfg.Poll/4)
+			sleep(ctx, 100*time.Millisecond)
 		}
 		// Streams that gave nothing cool down: with the awake flag gone,
 		// the next accepted order wakes this loop. Read them once more
@@ -315,7 +338,7 @@ func (w *Worker) round(ctx context.Context, ss []*stream) (map[*stream]bool, err
 			continue
 		}
 		got[s] = true
-		s.hot = true
+		s.hot, s.settled = true, false
 		if s.cutoff != "" && !stock.IDLess(msgs[len(msgs)-1].ID, s.cutoff) {
 			s.hot = false // drained up to where the drain began
 		}
@@ -392,7 +415,8 @@ func (w *Worker) woken(ctx context.Context, m *redis.Message, streams map[int64]
 		return
 	}
 	if s := streams[id]; s != nil {
-		s.hot = true
+		// Another worker may take the new orders, and die: claims resume.
+		s.hot, s.settled = true, false
 		return
 	}
 	if _, gone := retired[id]; gone {
@@ -476,7 +500,7 @@ func (w *Worker) claimDue(ctx context.Context, streams map[int64]*stream) error 
 	now := time.Now()
 	var due []*stream
 	for _, s := range streams {
-		if now.After(s.claimAt) {
+		if !s.settled && now.After(s.claimAt) {
 			due = append(due, s)
 		}
 	}
@@ -485,9 +509,11 @@ func (w *Worker) claimDue(ctx context.Context, streams map[int64]*stream) error 
 	}
 	pipe := w.rdb.Pipeline()
 	cmds := make([]*redis.XAutoClaimCmd, len(due))
+	pending := make([]*redis.XPendingCmd, len(due))
 	for i, s := range due {
 		cmds[i] = pipe.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: s.key, Group: stock.Group,
 			Consumer: w.cfg.Consumer, MinIdle: w.cfg.ClaimIdle, Start: s.claimFrom, Count: int64(w.cfg.Batch)})
+		pending[i] = pipe.XPending(ctx, s.key, stock.Group)
 	}
 	_, _ = pipe.Exec(ctx)
 	var work []batch
@@ -495,10 +521,15 @@ func (w *Worker) claimDue(ctx context.Context, streams map[int64]*stream) error 
 		msgs, next, err := cmds[i].Result()
 		s.claimAt = now.Add(w.cfg.ClaimIdle / 3)
 		if err != nil {
-			if !stock.IsNoGroup(err) && ctx.Err() == nil {
+			if stock.IsNoGroup(err) {
+				s.settled = true // not loaded: a grab loads it and wakes us
+			} else if ctx.Err() == nil {
 				s.log.Warn("claim idle entries", "err", err)
 			}
 			continue
+		}
+		if p, err := pending[i].Result(); err == nil && p.Count == 0 && len(msgs) == 0 {
+			s.settled = true
 		}
 		if next != "0-0" && next != "" && next != "0" {
 			s.claimFrom, s.claimAt = next, now // more to look at: next round

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckilldev/seckill/internal/testenv"
+)
+
+// TestManyLiveSales: one serve (worker on) with 500 live activities, on a
+// Redis of its own and on a 3-master Redis Cluster, with PostgreSQL. Every
+// activity gets an order and each is written; idle, the process sends Redis
+// (nearly) nothing, no client is blocked, and its goroutines come back to a
+// small bound; one more activity can be created, and an unknown order id is
+// answered 404. Throughput and latency are measured outside the tests:
+// perf/many-sales.sh.
+func TestManyLiveSales(t *testing.T) {
+	const n = 500
+	for _, topology := range []string{"standalone", "cluster"} {
+		t.Run(topology, func(t *testing.T) {
+			var nodes []*testenv.RedisServer
+			var url string
+			if topology == "cluster" {
+				nodes = testenv.StartCluster(t, 3)
+				url = "redis+cluster://" + nodes[0].Addr
+			} else {
+				nodes = []*testenv.RedisServer{testenv.StartRedis(t)}
+				url = "redis://" + nodes[0].Addr
+			}
+			before := runtime.NumGoroutine()
+			in := startServe(t, backend{topology, url, testenv.PostgresURL(t)}, testenv.Prefix(t))
+			orders := map[string]int64{}
+			for i := range n {
+				id := in.createActivity(10, 0)
+				uid := int64(i + 1)
+				r := in.grab(id, uid)
+				if r.status != http.StatusAccepted {
+					t.Fatalf("grab on activity %d: %d %v", id, r.status, r.body)
+				}
+				orders[r.body["order_id"].(string)] = uid
+			}
+			for oid, s := range in.waitOrders(orders) {
+				if s != "confirmed" {
+					t.Fatalf("order %s: %s, want confirmed", oid, s)
+				}
+			}
+
+			// Idle: goroutines back to a small bound, no blocked client, and
+			// (nearly) no command per second for 500 live sales.
+			deadline := time.Now().Add(30 * time.Second)
+			for runtime.NumGoroutine()-before > 150 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d goroutines for %d idle live activities (%d before serve), want a small bound",
+						runtime.NumGoroutine(), n, before)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			clients := make([]*redis.Client, len(nodes))
+			for i, node := range nodes {
+				clients[i] = redis.NewClient(&redis.Options{Addr: node.Addr})
+				defer clients[i].Close()
+			}
+			stat := func(section, field string) (sum int64) {
+				for _, c := range clients {
+					info, err := c.Info(context.Background(), section).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, line := range strings.Split(info, "\r\n") {
+						if v, ok := strings.CutPrefix(line, field+":"); ok {
+							x, _ := strconv.ParseInt(v, 10, 64)
+							sum += x
+						}
+					}
+				}
+				return sum
+			}
+			time.Sleep(3 * time.Second) // past the worker's poll after the last order
+			from := stat("stats", "total_commands_processed")
+			time.Sleep(time.Second)
+			// INFO itself counts: one per node per call.
+			idle := stat("stats", "total_commands_processed") - from - int64(len(nodes))
+			if idle > 50 {
+				t.Errorf("idle: %d redis commands in 1s for %d live activities, want (nearly) none", idle, n)
+			}
+			if b := stat("clients", "blocked_clients"); b != 0 {
+				t.Errorf("%d blocked redis clients, want 0", b)
+			}
+			if c := stat("clients", "connected_clients") - int64(len(nodes)); c > 80 {
+				t.Errorf("%d redis connections, want at most the API's pool and the worker's", c)
+			}
+
+			id := in.createActivity(10, time.Minute)
+			if r := in.do("GET", fmt.Sprintf("/api/v1/activities/%d", id), nil, ""); r.status != http.StatusOK {
+				t.Errorf("activity %d after %d others: %d %v", id, n, r.status, r.body)
+			}
+			if r := in.do("GET", "/api/v1/orders/123456789", in.admin(), ""); r.status != http.StatusNotFound {
+				t.Errorf("unknown order: %d %v, want 404", r.status, r.body)
+			}
+		})
+	}
+}
