@@ -48,12 +48,14 @@ func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		wf      workerFlags
 		logs    logFlags
 		metrics string
+		drain   time.Duration
 	)
 	fs := newFlagSet("worker", stderr)
 	backend.register(fs, "sqlite://seckill.db")
 	wf.register(fs)
 	logs.register(fs)
 	fs.StringVar(&metrics, "metrics-listen", "", "address to serve /metrics on (default: none)")
+	fs.DurationVar(&drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long to go on writing the orders that the streams held then")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -65,6 +67,10 @@ func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if drain <= 0 {
+		return usagef("--drain-timeout: %v is not positive", drain)
+	}
+	cfg.DrainTimeout = drain
 	if backend.redisURL == "" {
 		return usagef("--redis: the worker needs the Redis of the API instances")
 	}
