@@ -20,6 +20,53 @@ import (
 // enough that counters never approach float64 precision inside Lua.
 const MaxStock = 100_000_000
 
+// Order ids name their activity, so that an order is found with one lookup
+// whatever the number of live sales:
+//
+//	 63            39 38                               3 2   0
+//	| activity id     | ms since the activity's StartsAt | seq |
+//	|  24 bits        |  36 bits                         | 3 b |
+//	                  |<------------- local ------------------>|
+//
+// Redis issues the local part inside the grab script, per activity and
+// atomically: local = max(last + 1, (now - StartsAt in ms) << 3). More than
+// eight orders in a millisecond borrow from the next millisecond instead of
+// repeating, so locals only grow. Redis stores and returns only the local
+// part (below 2^39, exact in a Lua double); Go composes the full id.
+const (
+	// OrderLocalBits is the width of an order id's local part.
+	OrderLocalBits = 39
+	// OrderSeqBits is the width of the sequence within a millisecond.
+	OrderSeqBits = 3
+	// MaxOrderLocal is the largest local part.
+	MaxOrderLocal = 1<<OrderLocalBits - 1
+	// MaxActivityID is the largest activity id an order id can carry:
+	// 24 + 39 bits fill a positive int64.
+	MaxActivityID = 1<<(63-OrderLocalBits) - 1
+	// MaxSaleWindow bounds EndsAt - StartsAt, so that the milliseconds of
+	// a sale fit the 36 bits of an order id's time.
+	MaxSaleWindow = 366 * 24 * time.Hour
+)
+
+// OrderID composes the order id of an activity's local part.
+func OrderID(activityID, local int64) int64 { return activityID<<OrderLocalBits | local }
+
+// OrderActivity returns the activity an order id belongs to.
+func OrderActivity(orderID int64) int64 { return orderID >> OrderLocalBits }
+
+// OrderLocal returns the local part of an order id.
+func OrderLocal(orderID int64) int64 { return orderID & MaxOrderLocal }
+
+// OrderTime returns when an order of an activity that starts at startsAt was
+// issued (to the millisecond, later by the borrowing described above).
+func OrderTime(startsAt time.Time, orderID int64) time.Time {
+	return startsAt.Add(time.Duration(OrderLocal(orderID)>>OrderSeqBits) * time.Millisecond).UTC()
+}
+
+// ErrActivityIDs is returned by Store.CreateActivity when the database hands
+// out an id above MaxActivityID, which no order id could carry.
+var ErrActivityIDs = Errorf(EUNAVAILABLE, "no activity can be created: activity ids are used up (the largest is %d)", MaxActivityID)
+
 // Activity is one flash sale: a stock sold between StartsAt and EndsAt.
 // Activities are immutable once created, which lets every instance cache them.
 type Activity struct {
@@ -48,6 +95,8 @@ func (a *Activity) Validate() error {
 		return Errorf(EINVALID, "starts_at and ends_at are required")
 	case !a.EndsAt.After(a.StartsAt):
 		return Errorf(EINVALID, "ends_at must be after starts_at")
+	case a.EndsAt.Sub(a.StartsAt) > MaxSaleWindow:
+		return Errorf(EINVALID, "a sale may last at most 366 days")
 	case a.StartsAt.Year() < 2000 || a.EndsAt.Year() > 9999:
 		return Errorf(EINVALID, "starts_at and ends_at must lie between the years 2000 and 9999")
 	}
@@ -110,7 +159,8 @@ type Buyer struct {
 // MySQL/MariaDB, SQLite) implements it in its own package under store/.
 type Store interface {
 	// CreateActivity inserts a (validated) activity with Remaining = Stock
-	// and sets its ID.
+	// and sets its ID. It inserts nothing and returns ErrActivityIDs if the
+	// database's next id is above MaxActivityID.
 	CreateActivity(ctx context.Context, a *Activity) error
 	// Activity returns one activity; ENOTFOUND if there is none.
 	Activity(ctx context.Context, id int64) (Activity, error)
@@ -118,6 +168,10 @@ type Store interface {
 	Activities(ctx context.Context, since time.Time) ([]Activity, error)
 	// Buyers lists the confirmed orders of an activity (to rebuild Redis).
 	Buyers(ctx context.Context, activityID int64) ([]Buyer, error)
+	// LastOrderID returns the highest order id in the activity's id range
+	// (see OrderID) that the database holds, confirmed or failed; 0 if none.
+	// A rebuilt Redis issues ids past it.
+	LastOrderID(ctx context.Context, activityID int64) (int64, error)
 
 	// ApplyOrders writes a batch of accepted grabs in one transaction and
 	// returns one Outcome per request, in order. It is idempotent: a request

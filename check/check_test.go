@@ -14,12 +14,17 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/check"
 	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/stock"
 )
 
 const activityID = 42
+
+// o is the id of activity 42's order with local id n (see seckill.OrderID):
+// the stream holds n, everything else the full id.
+func o(n int64) int64 { return seckill.OrderID(activityID, n) }
 
 // state is a sale's state as the database and Redis hold it, written
 // straight into them: the store packages are not needed to test the
@@ -44,12 +49,12 @@ type state struct {
 func healthy() state {
 	return state{
 		stock: 5, remaining: 2,
-		confirmed:      [][2]int64{{101, 1}, {102, 2}, {103, 3}},
-		failed:         [][2]int64{{104, 4}},
+		confirmed:      [][2]int64{{o(101), 1}, {o(102), 2}, {o(103), 3}},
+		failed:         [][2]int64{{o(104), 4}},
 		redisRemaining: 2,
-		acked:          []int64{101, 102, 103, 104},
+		acked:          []int64{o(101), o(102), o(103), o(104)},
 		answers: &check.Answers{ByUser: map[int64][]int64{
-			1: {101}, 2: {102}, 3: {103}, 4: {104},
+			1: {o(101)}, 2: {o(102)}, 3: {o(103)}, 4: {o(104)},
 		}},
 	}
 }
@@ -80,34 +85,34 @@ var controls = []struct {
 	}), []string{check.NoOversell}},
 	{"duplicate buyer", healthy().with(func(s *state) {
 		s.noUniqueIndex = true
-		s.confirmed = append(s.confirmed, [2]int64{105, 1})
+		s.confirmed = append(s.confirmed, [2]int64{o(105), 1})
 		s.remaining, s.redisRemaining = 1, 1
-		s.acked = append(s.acked, 105)
+		s.acked = append(s.acked, o(105))
 		s.answers.Uncertain = []int64{1} // so that order 105 is no phantom
 	}), []string{check.NoDuplicate}},
 	{"lost order", healthy().with(func(s *state) {
-		s.answers.ByUser[5] = []int64{106}
+		s.answers.ByUser[5] = []int64{o(106)}
 	}), []string{check.NoLostOrder}},
 	{"pending orders", healthy().with(func(s *state) {
-		s.answers.ByUser[5] = []int64{106}
-		s.answers.ByUser[6] = []int64{107}
-		s.delivered = []int64{106}
-		s.undelivered = []int64{107}
+		s.answers.ByUser[5] = []int64{o(106)}
+		s.answers.ByUser[6] = []int64{o(107)}
+		s.delivered = []int64{o(106)}
+		s.undelivered = []int64{o(107)}
 		s.redisRemaining = 0
 	}), []string{check.Drained}},
 	{"phantom order", healthy().with(func(s *state) {
-		s.confirmed = append(s.confirmed, [2]int64{107, 7})
+		s.confirmed = append(s.confirmed, [2]int64{o(107), 7})
 		s.remaining, s.redisRemaining = 1, 1
-		s.acked = append(s.acked, 107)
+		s.acked = append(s.acked, o(107))
 	}), []string{check.NoPhantomOrder}},
 	{"order of a user whose request timed out", healthy().with(func(s *state) {
-		s.confirmed = append(s.confirmed, [2]int64{107, 7})
+		s.confirmed = append(s.confirmed, [2]int64{o(107), 7})
 		s.remaining, s.redisRemaining = 1, 1
-		s.acked = append(s.acked, 107)
+		s.acked = append(s.acked, o(107))
 		s.answers.Uncertain = []int64{7}
 	}), nil},
 	{"order held by another user", healthy().with(func(s *state) {
-		s.confirmed[0] = [2]int64{101, 9}
+		s.confirmed[0] = [2]int64{o(101), 9}
 	}), []string{check.NoLostOrder, check.NoPhantomOrder}},
 	{"database stock not conserved", healthy().with(func(s *state) {
 		s.remaining = 3
@@ -122,12 +127,12 @@ var controls = []struct {
 		s.redisRemaining = -1
 	}), []string{check.NoOversell, check.Conservation}},
 	{"two order ids for one user", healthy().with(func(s *state) {
-		s.answers.ByUser[1] = []int64{101, 108}
-		s.failed = append(s.failed, [2]int64{108, 1})
-		s.acked = append(s.acked, 108)
+		s.answers.ByUser[1] = []int64{o(101), o(108)}
+		s.failed = append(s.failed, [2]int64{o(108), 1})
+		s.acked = append(s.acked, o(108))
 	}), []string{check.OneOrderID}},
 	{"one order id for two users", healthy().with(func(s *state) {
-		s.answers.ByUser[5] = []int64{101}
+		s.answers.ByUser[5] = []int64{o(101)}
 	}), []string{check.NoLostOrder, check.OneOrderID}},
 }
 
@@ -174,7 +179,7 @@ func TestWithoutRedisAndAnswers(t *testing.T) {
 		t.Errorf("redis figures without Redis: %v %v", rep.RedisRemaining, rep.Pending)
 	}
 
-	s := healthy().with(func(s *state) { s.answers.ByUser[5] = []int64{106} })
+	s := healthy().with(func(s *state) { s.answers.ByUser[5] = []int64{o(106)} })
 	db = seedDB(t, sqliteURL(t), s)
 	rep, err = check.Run(ctx, check.Config{DB: db, ActivityID: activityID, Answers: s.answers})
 	if err != nil {
@@ -192,7 +197,7 @@ func TestMissingActivity(t *testing.T) {
 }
 
 func TestReportOutput(t *testing.T) {
-	s := healthy().with(func(s *state) { s.answers.ByUser[5] = []int64{106} })
+	s := healthy().with(func(s *state) { s.answers.ByUser[5] = []int64{o(106)} })
 	db := seedDB(t, sqliteURL(t), s)
 	rep, err := check.Run(context.Background(), check.Config{DB: db, ActivityID: activityID, Answers: s.answers})
 	if err != nil {
@@ -203,7 +208,7 @@ func TestReportOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{check.NoLostOrder, "FAILED", "skipped", "lost: 106", "VIOLATED"} {
+	for _, want := range []string{check.NoLostOrder, "FAILED", "skipped", fmt.Sprint("lost: ", o(106)), "VIOLATED"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -235,8 +240,8 @@ func TestWaitDrained(t *testing.T) {
 	}
 
 	s := healthy()
-	s.delivered = []int64{106}
-	s.undelivered = []int64{107}
+	s.delivered = []int64{o(106)}
+	s.undelivered = []int64{o(107)}
 	prefix := seedRedis(t, rdb, s)
 	st, err := check.StreamStatus(ctx, rdb, prefix, activityID)
 	if err != nil {
@@ -382,7 +387,7 @@ func seedRedis(t *testing.T, rdb *redis.Client, s state) string {
 	}
 	add := func(oids []int64) {
 		for _, oid := range oids {
-			err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Orders, Values: []any{"o", oid, "u", 1, "t", 0}}).Err()
+			err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Orders, Values: []any{"o", seckill.OrderLocal(oid), "u", 1, "t", 0}}).Err()
 			if err != nil {
 				t.Fatal(err)
 			}

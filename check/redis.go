@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/stock"
 )
 
@@ -22,7 +23,7 @@ type redisState struct {
 	stockKnown  bool
 	entries     int64
 	groupExists bool
-	undrained   map[int64]bool // order ids whose stream entry is not acknowledged
+	undrained   map[int64]bool // (full) order ids whose stream entry is not acknowledged
 }
 
 func readRedis(ctx context.Context, rdb redis.UniversalClient, prefix string, id int64) (*redisState, error) {
@@ -59,8 +60,9 @@ func readRedis(ctx context.Context, rdb redis.UniversalClient, prefix string, id
 		for _, m := range msgs {
 			rs.entries++
 			if pel[m.ID] || !ss.GroupExists || compareIDs(m.ID, ss.LastDeliveredID) > 0 {
-				oid, _ := strconv.ParseInt(fmt.Sprint(m.Values["o"]), 10, 64)
-				rs.undrained[oid] = true
+				// The stream holds the order id's local part (see seckill.OrderID).
+				local, _ := strconv.ParseInt(fmt.Sprint(m.Values["o"]), 10, 64)
+				rs.undrained[seckill.OrderID(id, local)] = true
 			}
 		}
 		if len(msgs) < 1000 {

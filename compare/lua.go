@@ -89,11 +89,7 @@ func (l *luaSale) close() error {
 }
 
 func (s *Sale) grabLua(ctx context.Context, it *item, uid int64) (reply, error) {
-	oid, err := s.b.ids.Next()
-	if err != nil {
-		return reply{}, err
-	}
-	res, err := s.lua.engine.Grab(ctx, it.id, uid, oid)
+	res, err := s.lua.engine.Grab(ctx, it.id, uid)
 	switch {
 	case errors.Is(err, stock.ErrSoldOut):
 		return reply{}, errSoldOut

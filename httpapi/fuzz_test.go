@@ -23,7 +23,6 @@ import (
 	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/check"
 	"github.com/seckilldev/seckill/httpapi"
-	"github.com/seckilldev/seckill/idgen"
 	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/sale"
 	"github.com/seckilldev/seckill/stock"
@@ -69,7 +68,7 @@ func newFuzzAPI(tb testing.TB, dbURL string) *fuzzAPI {
 	engine := stock.New(rdb, stock.Config{Prefix: a.prefix})
 	tb.Cleanup(engine.Close)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc := sale.New(st, engine, idgen.New(1), sale.Config{}, log, nil)
+	svc := sale.New(st, engine, sale.Config{}, log, nil)
 	health := map[string]httpapi.Health{
 		"redis":    func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
 		"database": st.Ping,

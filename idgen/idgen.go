@@ -1,11 +1,15 @@
-// Package idgen makes 64-bit, time-ordered order ids that are unique across
-// instances, snowflake style: 41 bits of milliseconds since Epoch, 10 bits of
-// node id, 12 bits of sequence. Each running instance must hold a distinct
-// node id; Lease takes one from Redis with the lock library.
+// Package idgen makes 64-bit, time-ordered ids that are unique across
+// processes, snowflake style: 41 bits of milliseconds since Epoch, 10 bits of
+// node id, 12 bits of sequence. Each running process must use a distinct
+// node id.
+//
+// The service does not use it: Redis issues its order ids, which name their
+// activity (see seckill.OrderID). The database-only strategies of
+// `seckill bench --compare` (package compare), which have no Redis script
+// to issue ids, do.
 package idgen
 
 import (
-	"errors"
 	"sync/atomic"
 	"time"
 )
@@ -20,10 +24,6 @@ const (
 	MaxNode = 1<<nodeBits - 1
 )
 
-// ErrNoLease is returned while the generator's node id is not known to be
-// held: issuing ids then could duplicate another instance's.
-var ErrNoLease = errors.New("idgen: node id lease not held")
-
 // Generator issues ids for one node. It is safe for concurrent use and
 // lock-free.
 type Generator struct {
@@ -32,10 +32,6 @@ type Generator struct {
 	// sequence of a millisecond is used up, or the clock steps back, ids
 	// continue from last+1: they borrow from the future instead of repeating.
 	last atomic.Int64
-	// validUntil, for a leased generator, is the unix nanosecond up to which
-	// the node id is known to be held.
-	validUntil atomic.Int64
-	leased     bool
 }
 
 // New returns a generator for a node id in [0, MaxNode] that the caller
@@ -44,25 +40,6 @@ func New(node int64) *Generator {
 	g := &Generator{}
 	g.setNode(node)
 	return g
-}
-
-// NewLeased returns a generator that issues ids only while its node id is
-// leased: until the time given to SetLease. A process paused past its lease
-// (GC, SIGSTOP, a VM migration) resumes refusing ids, instead of issuing
-// some under a node id that another instance may hold by then.
-func NewLeased() *Generator {
-	return &Generator{leased: true}
-}
-
-// SetLease sets the node id and the time until which it is held; a zero
-// time stops the generator until the next SetLease.
-func (g *Generator) SetLease(node int64, validUntil time.Time) {
-	g.setNode(node)
-	if validUntil.IsZero() {
-		g.validUntil.Store(0)
-		return
-	}
-	g.validUntil.Store(validUntil.UnixNano())
 }
 
 func (g *Generator) setNode(node int64) {
@@ -75,11 +52,9 @@ func (g *Generator) setNode(node int64) {
 // Node returns the node id.
 func (g *Generator) Node() int64 { return g.node.Load() }
 
-// Next returns a new id.
+// Next returns a new id. The error is always nil; it keeps the signature of
+// generators that can fail.
 func (g *Generator) Next() (int64, error) {
-	if g.leased && time.Now().UnixNano() > g.validUntil.Load() {
-		return 0, ErrNoLease
-	}
 	now := time.Since(Epoch).Milliseconds() << seqBits
 	for {
 		last := g.last.Load()

@@ -58,24 +58,3 @@ func TestDistinctNodesNeverCollide(t *testing.T) {
 		seen[x], seen[y] = true, true
 	}
 }
-
-func TestLease(t *testing.T) {
-	g := NewLeased()
-	if _, err := g.Next(); err != ErrNoLease {
-		t.Fatalf("before a lease: got %v, want ErrNoLease", err)
-	}
-	g.SetLease(7, time.Now().Add(time.Minute))
-	id, err := g.Next()
-	if err != nil || NodeOf(id) != 7 {
-		t.Fatalf("leased: got %d (node %d), %v", id, NodeOf(id), err)
-	}
-	g.SetLease(7, time.Now().Add(-time.Millisecond))
-	if _, err := g.Next(); err != ErrNoLease {
-		t.Errorf("after the lease ran out: got %v, want ErrNoLease", err)
-	}
-	g.SetLease(9, time.Now().Add(time.Minute))
-	next, err := g.Next()
-	if err != nil || NodeOf(next) != 9 || next <= id {
-		t.Errorf("new lease: got %d (node %d), %v", next, NodeOf(next), err)
-	}
-}

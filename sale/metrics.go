@@ -8,8 +8,9 @@ import (
 
 // Metrics are the service's Prometheus metrics.
 type Metrics struct {
-	Grabs *prometheus.CounterVec // by outcome: accepted, or an error code
-	Loads prometheus.Counter
+	Grabs     *prometheus.CounterVec // by outcome: accepted, or an error code
+	Loads     prometheus.Counter
+	Snapshots prometheus.Counter // buyer snapshots of sold-out activities taken
 
 	// outcomes holds the counters of the usual outcomes, resolved once:
 	// a grab should not pay for hashing label values.
@@ -27,9 +28,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "seckill_activity_loads_total",
 			Help: "Activities loaded (or rebuilt) into Redis from the database by this instance.",
 		}),
+		Snapshots: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seckill_buyer_snapshots_total",
+			Help: "Buyer snapshots of sold-out activities taken by this instance (each answers the clicks after the sell-out from memory).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Grabs, m.Loads)
+		reg.MustRegister(m.Grabs, m.Loads, m.Snapshots)
 	}
 	m.outcomes = map[string]prometheus.Counter{}
 	for _, o := range []string{"accepted", "existing", seckill.ESOLDOUT, seckill.ENOTSTARTED, seckill.EENDED,

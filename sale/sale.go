@@ -1,9 +1,11 @@
 // Package sale is the application service of a flash sale: it answers the
 // use cases (create an activity, grab, ask for an order) by combining the
-// database (seckill.Store), the Redis stock engine and the order id
-// generator, and keeps the in-process state that spares Redis and the
-// database the bulk of a crowd: an activity cache, sold-out flags and the
-// buyers this instance has answered.
+// database (seckill.Store) and the Redis stock engine (which also issues the
+// order ids), and keeps the in-process state that spares Redis and the
+// database the bulk of a crowd: an activity cache, the buyers this instance
+// has answered, and, once an activity is sold out, a snapshot of all its
+// buyers, so that every click after the sell-out is answered from memory,
+// with the clicker's order if they hold one.
 package sale
 
 import (
@@ -12,20 +14,15 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/seckilldev/seckill"
-	"github.com/seckilldev/seckill/idgen"
 	"github.com/seckilldev/seckill/stock"
 )
-
-// IDs issues order ids (idgen.Generator).
-type IDs interface {
-	Next() (int64, error)
-}
 
 // Serializer runs fn while holding the cross-instance lock named key, so
 // that several instances do not rebuild the same activity at once. Loading
@@ -35,14 +32,24 @@ type Serializer func(ctx context.Context, key string, fn func(ctx context.Contex
 
 // Config tunes a Service. Zero values take the defaults.
 type Config struct {
-	// SoldOutRecheck bounds how long a sold-out flag is trusted without
-	// asking Redis, in case a restock message was missed. Default 1s.
+	// SoldOutRecheck bounds how long a sold-out activity's buyer snapshot
+	// is trusted without asking Redis (one round trip: is the epoch the
+	// same, the stock still 0?), in case a restock message was missed.
+	// Default 1s.
 	SoldOutRecheck time.Duration
 	// NegativeTTL is how long an unknown activity id is remembered as
 	// unknown. Default 1s.
 	NegativeTTL time.Duration
 	// MemoLimit bounds the buyers remembered per activity. Default 1,000,000.
 	MemoLimit int
+	// SnapshotLimit bounds the buyers of a sold-out activity held in
+	// memory (16 bytes each). Default 1,000,000. Above it, the clicks of
+	// users this instance does not remember go to Redis (each one lookup
+	// in the combined grab call) instead of being answered from memory.
+	SnapshotLimit int
+	// EndedTTL is how long an activity stays cached after its end. Default
+	// 1 minute: the cache holds the live sales, not every past one.
+	EndedTTL time.Duration
 	// Serialize, if set, serializes warm-ups across instances.
 	Serialize Serializer
 }
@@ -51,30 +58,41 @@ type Config struct {
 type Service struct {
 	store  seckill.Store
 	engine *stock.Engine
-	ids    IDs
 	log    *slog.Logger
 	cfg    Config
 	stats  *Metrics
 
-	mu       sync.RWMutex
-	entries  map[int64]*entry
-	negative map[int64]time.Time
-	loads    singleflight.Group
-	fetches  singleflight.Group
+	mu        sync.RWMutex
+	entries   map[int64]*entry
+	negative  map[int64]time.Time
+	lastSweep time.Time // of entries of ended activities
+	loads     singleflight.Group
+	fetches   singleflight.Group
 }
 
 // entry is what this instance knows of one activity.
 type entry struct {
 	a seckill.Activity // immutable fields only; Remaining is stale
 
-	mu          sync.RWMutex
-	soldOutTill time.Time       // sold out, trusted until then
-	buyers      map[int64]int64 // user -> order, as answered by Redis
-	loading     bool            // a rebuild runs: answer unavailable
+	mu      sync.RWMutex
+	buyers  map[int64]int64 // memo: user -> order, as answered by Redis
+	loading bool            // a rebuild runs: answer unavailable
+	// snap, if not nil, holds every buyer of the sold-out activity: it
+	// answers each grab without Redis. It is trusted until snapTill; then
+	// one request revalidates it (checking) while the others go on
+	// answering from it.
+	snap     *stock.Snapshot
+	snapTill time.Time
+	checking atomic.Bool
+	snapping bool      // a snapshot is being read
+	snapNext time.Time // no snapshot is tried before then (after a failure, or too many buyers)
+	// gen changes whenever what this instance knows is dropped (restock,
+	// rebuild): a snapshot begun under another gen is not installed.
+	gen uint64
 }
 
 // New returns a Service. metrics may be nil.
-func New(store seckill.Store, engine *stock.Engine, ids IDs, cfg Config, log *slog.Logger, metrics *Metrics) *Service {
+func New(store seckill.Store, engine *stock.Engine, cfg Config, log *slog.Logger, metrics *Metrics) *Service {
 	if cfg.SoldOutRecheck <= 0 {
 		cfg.SoldOutRecheck = time.Second
 	}
@@ -84,11 +102,17 @@ func New(store seckill.Store, engine *stock.Engine, ids IDs, cfg Config, log *sl
 	if cfg.MemoLimit <= 0 {
 		cfg.MemoLimit = 1_000_000
 	}
+	if cfg.SnapshotLimit <= 0 {
+		cfg.SnapshotLimit = 1_000_000
+	}
+	if cfg.EndedTTL <= 0 {
+		cfg.EndedTTL = time.Minute
+	}
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
-	return &Service{store: store, engine: engine, ids: ids, log: log, cfg: cfg, stats: metrics,
-		entries: map[int64]*entry{}, negative: map[int64]time.Time{}}
+	return &Service{store: store, engine: engine, log: log, cfg: cfg, stats: metrics,
+		entries: map[int64]*entry{}, negative: map[int64]time.Time{}, lastSweep: time.Now()}
 }
 
 // CreateActivity validates and stores a new activity, then loads it into
@@ -138,7 +162,10 @@ type Grabbed struct {
 
 var errUnavailable = seckill.Errorf(seckill.EUNAVAILABLE, "the sale is being loaded; try again shortly")
 
-// Grab tries to buy one unit of activity id for user uid.
+// Grab tries to buy one unit of activity id for user uid. A user who holds
+// an order is answered with it, before and after the sell-out; once this
+// instance holds the sold-out activity's buyer snapshot, every click is
+// answered from memory.
 func (s *Service) Grab(ctx context.Context, id, uid int64) (g Grabbed, err error) {
 	defer func() { s.stats.grab(g, err) }()
 	if uid <= 0 {
@@ -156,30 +183,32 @@ func (s *Service) Grab(ctx context.Context, id, uid int64) (g Grabbed, err error
 		return Grabbed{}, stock.ErrEnded
 	}
 	e.mu.RLock()
+	snap, trusted := e.snap, now.Before(e.snapTill)
 	oid, known := e.buyers[uid]
-	soldOut, loading := now.Before(e.soldOutTill), e.loading
+	loading := e.loading
 	e.mu.RUnlock()
+	if snap != nil && !trusted {
+		snap = s.recheck(ctx, e, snap)
+	}
 	switch {
+	case snap != nil:
+		if oid, ok := snap.Order(uid); ok {
+			return Grabbed{OrderID: oid}, nil
+		}
+		return Grabbed{}, stock.ErrSoldOut
 	case known:
 		return Grabbed{OrderID: oid}, nil
-	case soldOut:
-		return Grabbed{}, stock.ErrSoldOut
 	case loading:
 		return Grabbed{}, errUnavailable
 	}
 
-	oid, err = s.ids.Next()
-	if err != nil {
-		s.log.Error("order id", "err", err)
-		return Grabbed{}, seckill.Errorf(seckill.EUNAVAILABLE, "cannot issue order ids right now")
-	}
-	res, err := s.engine.Grab(ctx, id, uid, oid)
+	res, err := s.engine.Grab(ctx, id, uid)
 	switch {
 	case errors.Is(err, stock.ErrNotLoaded):
-		s.rebuild(id)
+		s.rebuild(e)
 		return Grabbed{}, errUnavailable
 	case errors.Is(err, stock.ErrSoldOut):
-		s.markSoldOut(e)
+		s.soldOut(e)
 		return Grabbed{}, err
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The client went away before its grab was queued: nothing happened.
@@ -196,18 +225,85 @@ func (s *Service) Grab(ctx context.Context, id, uid int64) (g Grabbed, err error
 	}
 	e.mu.Unlock()
 	if res.Remaining <= 0 {
-		s.markSoldOut(e)
+		s.soldOut(e)
 	}
 	return Grabbed{OrderID: res.OrderID, New: res.New}, nil
 }
 
-func (s *Service) markSoldOut(e *entry) {
+// soldOut starts reading the buyer snapshot of an activity that Redis found
+// sold out, unless one is held, being read, or not due yet. Until it is
+// held, grabs go to Redis, which answers every user truthfully.
+func (s *Service) soldOut(e *entry) {
 	e.mu.Lock()
-	e.soldOutTill = time.Now().Add(s.cfg.SoldOutRecheck)
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	if e.snap != nil || e.snapping || time.Now().Before(e.snapNext) {
+		return
+	}
+	e.snapping = true
+	go s.snapshot(e, e.gen)
 }
 
-// Restocked clears the sold-out flag of an activity (stock came back).
+// snapshot reads the buyers of a sold-out activity and installs them,
+// unless what this instance knew was dropped meanwhile (gen changed).
+func (s *Service) snapshot(e *entry, gen uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	snap, err := s.engine.SoldOutSnapshot(ctx, e.a.ID, s.cfg.SnapshotLimit)
+	now := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.snapping = false
+	switch {
+	case e.gen != gen, errors.Is(err, stock.ErrNotSoldOut):
+	case err == nil:
+		e.snap, e.snapTill = snap, now.Add(s.cfg.SoldOutRecheck)
+		// The snapshot knows every buyer: the memo is not needed.
+		e.buyers = map[int64]int64{}
+		s.stats.Snapshots.Inc()
+	case errors.Is(err, stock.ErrTooManyBuyers):
+		// While sold out the buyers can only become fewer: try seldom.
+		e.snapNext = now.Add(time.Minute)
+		s.log.Info("sold out with too many buyers to hold in memory; asking redis", "activity", e.a.ID, "limit", s.cfg.SnapshotLimit)
+	default:
+		e.snapNext = now.Add(s.cfg.SoldOutRecheck)
+		s.log.Warn("read the buyers of a sold-out activity", "activity", e.a.ID, "err", err)
+	}
+}
+
+// recheck revalidates a snapshot whose trust lapsed, in one round trip. One
+// request asks; the others answer from the snapshot meanwhile. It returns
+// the snapshot to answer from, or nil: dropped (stock came back, the buyers
+// changed), or unknown (Redis did not answer: this request goes to Redis).
+func (s *Service) recheck(ctx context.Context, e *entry, snap *stock.Snapshot) *stock.Snapshot {
+	if !e.checking.CompareAndSwap(false, true) {
+		return snap
+	}
+	defer e.checking.Store(false)
+	ok, err := s.engine.SnapshotValid(ctx, snap)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.snap != snap:
+		return e.snap // replaced or dropped meanwhile
+	case err != nil:
+		return nil
+	case ok:
+		e.snapTill = time.Now().Add(s.cfg.SoldOutRecheck)
+		return snap
+	}
+	e.forget()
+	return nil
+}
+
+// forget drops what the entry knows of buyers and stock. e.mu is held.
+func (e *entry) forget() {
+	e.gen++
+	e.snap, e.snapTill, e.snapNext = nil, time.Time{}, time.Time{}
+	clear(e.buyers)
+}
+
+// Restocked drops what this instance knows of an activity's buyers and
+// stock (stock came back): the next grabs ask Redis.
 func (s *Service) Restocked(id int64) {
 	s.mu.RLock()
 	e := s.entries[id]
@@ -216,10 +312,9 @@ func (s *Service) Restocked(id int64) {
 		return
 	}
 	e.mu.Lock()
-	e.soldOutTill = time.Time{}
 	// The compensated buyer may have been remembered; forget them all
 	// rather than answer a stale order: the memo refills from Redis.
-	clear(e.buyers)
+	e.forget()
 	e.mu.Unlock()
 }
 
@@ -255,6 +350,10 @@ func (s *Service) entry(ctx context.Context, id int64) (*entry, error) {
 		if e := s.entries[id]; e != nil {
 			return e, nil
 		}
+		now := time.Now()
+		if now.Sub(s.lastSweep) >= s.cfg.EndedTTL {
+			s.sweepLocked(now)
+		}
 		e := &entry{a: a, buyers: map[int64]int64{}}
 		s.entries[id] = e
 		return e, nil
@@ -269,18 +368,30 @@ func (s *Service) entry(ctx context.Context, id int64) (*entry, error) {
 	return v.(*entry), nil
 }
 
+// sweepLocked drops the entries of activities that ended more than
+// EndedTTL ago: the map holds the live sales, not every sale ever seen. An
+// activity asked for again is read from the database again. s.mu is held.
+func (s *Service) sweepLocked(now time.Time) {
+	s.lastSweep = now
+	for id, e := range s.entries {
+		if now.Sub(e.a.EndsAt) > s.cfg.EndedTTL {
+			delete(s.entries, id)
+		}
+	}
+}
+
 // rebuild loads an activity that Redis lost, in the background; grabs for
-// it answer unavailable meanwhile.
-func (s *Service) rebuild(id int64) {
-	s.mu.RLock()
-	e := s.entries[id]
-	s.mu.RUnlock()
+// it answer unavailable meanwhile, not from what this instance remembers of
+// the lost state.
+func (s *Service) rebuild(e *entry) {
+	id := e.a.ID
 	e.mu.Lock()
 	if e.loading {
 		e.mu.Unlock()
 		return
 	}
 	e.loading = true
+	e.forget()
 	e.mu.Unlock()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -290,8 +401,7 @@ func (s *Service) rebuild(id int64) {
 		}
 		e.mu.Lock()
 		e.loading = false
-		clear(e.buyers)
-		e.soldOutTill = time.Time{}
+		e.forget()
 		e.mu.Unlock()
 	}()
 }
@@ -315,7 +425,12 @@ func (s *Service) load(ctx context.Context, id int64) error {
 			if err != nil {
 				return err
 			}
-			loaded, err := s.engine.Load(ctx, a, buyers)
+			// Failed orders took ids too; none may be issued again.
+			last, err := s.store.LastOrderID(ctx, id)
+			if err != nil {
+				return err
+			}
+			loaded, err := s.engine.Load(ctx, a, buyers, stock.OrdersAfter(last))
 			if err != nil || !loaded {
 				return err
 			}
@@ -359,52 +474,77 @@ func (s *Service) WarmUp(ctx context.Context) error {
 }
 
 // Order returns order oid as the user uid may see it (uid 0: the admin may
-// see any order). Orders of other users are not found.
+// see any order). Orders of other users are not found. Whatever the number
+// of live sales it costs at most two reads of the database by primary key
+// and one Redis command: the id names its activity (seckill.OrderID).
 func (s *Service) Order(ctx context.Context, oid, uid int64) (seckill.Order, error) {
 	notFound := seckill.Errorf(seckill.ENOTFOUND, "order %d not found", oid)
 	if oid <= 0 {
 		return seckill.Order{}, notFound
 	}
+	o, err := s.storedOrder(ctx, oid, uid)
+	if seckill.ErrorCode(err) != seckill.ENOTFOUND {
+		return o, err
+	}
+	// Not in the database (yet): pending if Redis knows it.
+	if seckill.OrderLocal(oid) == 0 {
+		return seckill.Order{}, notFound
+	}
+	e, err := s.entry(ctx, seckill.OrderActivity(oid))
+	switch {
+	case seckill.ErrorCode(err) == seckill.ENOTFOUND:
+		return seckill.Order{}, notFound
+	case err != nil:
+		return seckill.Order{}, err
+	case !possible(e.a, oid):
+		return seckill.Order{}, notFound
+	}
+	owner, ok, err := s.engine.PendingOrder(ctx, e.a.ID, oid, uid, e.a.StartsAt)
+	if err != nil {
+		s.log.Warn("look up pending order", "order", oid, "err", err)
+		return seckill.Order{}, seckill.Errorf(seckill.EUNAVAILABLE, "redis cannot be reached right now")
+	}
+	if ok {
+		return seckill.Order{ID: oid, ActivityID: e.a.ID, UserID: owner, Status: seckill.OrderPending,
+			CreatedAt: seckill.OrderTime(e.a.StartsAt, oid)}, nil
+	}
+	// The worker may have written the order (and, had it failed, given its
+	// mark back) between the two reads.
+	return s.storedOrder(ctx, oid, uid)
+}
+
+// storedOrder reads an order from the database: ENOTFOUND if absent or of
+// another user than uid (0: any user).
+func (s *Service) storedOrder(ctx context.Context, oid, uid int64) (seckill.Order, error) {
 	o, err := s.store.Order(ctx, oid)
 	switch {
-	case err == nil:
-		if uid != 0 && o.UserID != uid {
-			return seckill.Order{}, notFound
-		}
-		return o, nil
-	case seckill.ErrorCode(err) != seckill.ENOTFOUND:
-		s.log.Error("read order", "order", oid, "err", err)
-		return seckill.Order{}, seckill.Errorf(seckill.EUNAVAILABLE, "the database cannot be reached right now")
+	case err == nil && uid != 0 && o.UserID != uid:
+		return seckill.Order{}, seckill.Errorf(seckill.ENOTFOUND, "order %d not found", oid)
+	case err == nil, seckill.ErrorCode(err) == seckill.ENOTFOUND:
+		return o, err
 	}
-	// Not in the database (yet): pending if Redis knows it. Look in the
-	// activities that were open when the id was issued.
-	t := idgen.Time(oid)
-	acts, err := s.store.Activities(ctx, t.Add(-time.Minute))
-	if err != nil {
-		return seckill.Order{}, seckill.Errorf(seckill.EUNAVAILABLE, "the database cannot be reached right now")
-	}
-	for _, a := range acts {
-		if t.Before(a.StartsAt.Add(-time.Minute)) {
-			continue
-		}
-		owner, ok, err := s.engine.PendingOrder(ctx, a.ID, oid, uid, t)
-		if err != nil {
-			s.log.Warn("look up pending order", "order", oid, "err", err)
-			return seckill.Order{}, seckill.Errorf(seckill.EUNAVAILABLE, "redis cannot be reached right now")
-		}
-		if ok {
-			return seckill.Order{ID: oid, ActivityID: a.ID, UserID: owner, Status: seckill.OrderPending, CreatedAt: t}, nil
-		}
-	}
-	return seckill.Order{}, notFound
+	s.log.Error("read order", "order", oid, "err", err)
+	return seckill.Order{}, seckill.Errorf(seckill.EUNAVAILABLE, "the database cannot be reached right now")
+}
+
+// possible reports whether grab.lua can have issued oid for a: its time
+// lies within the sale window, plus what borrowing can add (one
+// millisecond per 8 orders: a margin of Stock milliseconds covers 8 times
+// the stock in orders, failed ones given back included).
+func possible(a seckill.Activity, oid int64) bool {
+	ms := seckill.OrderLocal(oid) >> seckill.OrderSeqBits
+	return ms <= a.EndsAt.Sub(a.StartsAt).Milliseconds()+a.Stock
 }
 
 // memoTTL bounds how long a remembered buyer is trusted: a restock message
 // missed while the subscription reconnected would otherwise leave a failed
-// order's buyer remembered for good.
+// order's buyer remembered for good. It concerns the memo only (activities
+// with stock left): a sold-out activity's snapshot is revalidated every
+// SoldOutRecheck instead.
 const memoTTL = 30 * time.Second
 
-// Run listens for restock announcements until ctx ends.
+// Run listens for restock announcements until ctx ends; it also lapses the
+// memo (memoTTL) and drops the cache entries of ended activities.
 func (s *Service) Run(ctx context.Context) error {
 	sub := s.engine.Client().Subscribe(ctx, s.engine.EventsChannel())
 	defer sub.Close()
@@ -416,13 +556,14 @@ func (s *Service) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-forget.C:
-			s.mu.RLock()
+			s.mu.Lock()
+			s.sweepLocked(time.Now())
 			for _, e := range s.entries {
 				e.mu.Lock()
 				clear(e.buyers)
 				e.mu.Unlock()
 			}
-			s.mu.RUnlock()
+			s.mu.Unlock()
 		case m, ok := <-ch:
 			if !ok {
 				return nil

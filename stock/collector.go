@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 )
 
 // Collector reports the order streams of live activities at scrape time:
@@ -42,13 +43,24 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	for _, id := range ids {
+	// A few pipelined round trips, however many sales are live.
+	stats, err := c.engine.StatsOf(ctx, ids)
+	if err != nil {
+		return
+	}
+	pipe := c.engine.rdb.Pipeline()
+	remaining := make([]*redis.StringCmd, len(ids))
+	for i, id := range ids {
+		remaining[i] = pipe.Get(ctx, c.engine.Keys(id).Stock)
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, id := range ids {
 		label := strconv.FormatInt(id, 10)
-		if st, err := c.engine.Stats(ctx, id); err == nil {
+		if st, ok := stats[id]; ok {
 			ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(st.Lag), label)
 			ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(st.Pending), label)
 		}
-		if n, err := c.engine.Remaining(ctx, id); err == nil {
+		if n, err := remaining[i].Int64(); err == nil {
 			ch <- prometheus.MustNewConstMetric(c.remaining, prometheus.GaugeValue, float64(n), label)
 		}
 	}

@@ -4,32 +4,44 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // combiner batches the concurrent grabs of one activity: each of its
 // goroutines takes whatever is queued (up to MaxBatch) and sends it as one
 // script call. Nothing waits for a batch to fill, so a lone grab goes out at
 // once and a crowd shares round trips.
+//
+// Its goroutines end after CombinerIdle without a grab (see retire), so a
+// shop's hundreds of past sales leave no goroutine behind; the next grab of
+// the activity starts them again.
 type combiner struct {
 	e     *Engine
 	id    int64
 	keys  Keys
 	queue chan *grabReq
+
+	// users counts the grabs that took this combiner (under e.mu) and have
+	// not yet put their request in the queue, or given up.
+	users atomic.Int64
+	// running counts the goroutines; guarded by e.mu.
+	running int
 }
 
 type grabReq struct {
-	uid, oid int64
-	res      Result
-	err      error
-	done     chan struct{}
+	uid  int64
+	res  Result
+	err  error
+	done chan struct{}
 }
 
 var reqPool = sync.Pool{New: func() any { return &grabReq{done: make(chan struct{}, 1)} }}
 
 // enqueue puts a grab in the queue; it gives up only if ctx ends first.
-func (c *combiner) enqueue(ctx context.Context, uid, oid int64) (*grabReq, error) {
+func (c *combiner) enqueue(ctx context.Context, uid int64) (*grabReq, error) {
 	r := reqPool.Get().(*grabReq)
-	r.uid, r.oid, r.res, r.err = uid, oid, Result{}, nil
+	r.uid, r.res, r.err = uid, Result{}, nil
 	select {
 	case c.queue <- r:
 		return r, nil
@@ -52,9 +64,11 @@ func (r *grabReq) wait() (Result, error) {
 
 func (c *combiner) run() {
 	batch := make([]*grabReq, 0, c.e.cfg.MaxBatch)
-	args := make([]any, 0, 2+2*c.e.cfg.MaxBatch)
+	args := make([]any, 0, 2+c.e.cfg.MaxBatch)
 	keys := []string{c.keys.Meta, c.keys.Stock, c.keys.Buyers, c.keys.Orders, c.keys.Awake}
 	wake, id := c.e.WakeChannel(), strconv.FormatInt(c.id, 10)
+	idle := time.NewTimer(c.e.cfg.CombinerIdle)
+	defer idle.Stop()
 	for {
 		select {
 		case r := <-c.queue:
@@ -62,6 +76,12 @@ func (c *combiner) run() {
 		case <-c.e.quit:
 			c.drain()
 			return
+		case <-idle.C:
+			if c.retire() {
+				return
+			}
+			idle.Reset(c.e.cfg.CombinerIdle)
+			continue
 		}
 	fill:
 		for len(batch) < c.e.cfg.MaxBatch {
@@ -74,13 +94,13 @@ func (c *combiner) run() {
 		}
 		args = append(args[:0], wake, id)
 		for _, r := range batch {
-			args = append(args, strconv.FormatInt(r.uid, 10), strconv.FormatInt(r.oid, 10))
+			args = append(args, strconv.FormatInt(r.uid, 10))
 		}
 		reply, err := grabScript.Run(context.Background(), c.e.rdb, keys, args...).Result()
 		var res []Result
 		var errs []error
 		if err == nil {
-			res, errs, err = decodeBatch(reply, len(batch))
+			res, errs, err = decodeBatch(c.id, reply, len(batch))
 		}
 		for i, r := range batch {
 			if err != nil {
@@ -90,7 +110,28 @@ func (c *combiner) run() {
 			}
 			r.done <- struct{}{}
 		}
+		idle.Reset(c.e.cfg.CombinerIdle)
 	}
+}
+
+// retire ends the calling goroutine if no grab can be waiting for it: none
+// queued, and none between taking the combiner and queueing. Under e.mu no
+// grab can take the combiner; a grab that took it before is counted in
+// users until its request is in the queue, so users is read first and the
+// queue second: users at 0 means every such request is queued (its send
+// happened before its decrement) and len sees it. The last goroutine to
+// end removes the combiner from the map, so the next grab starts a new one.
+func (c *combiner) retire() bool {
+	c.e.mu.Lock()
+	defer c.e.mu.Unlock()
+	if c.users.Load() != 0 || len(c.queue) != 0 {
+		return false
+	}
+	c.running--
+	if c.running == 0 {
+		delete(c.e.combiners, c.id)
+	}
+	return true
 }
 
 // drain fails the requests still queued at Close.

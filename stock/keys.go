@@ -8,10 +8,10 @@ const DefaultPrefix = "seckill"
 // Keys names the Redis keys of one activity. Every key carries the hash tag
 // {a<id>}, so one script can touch all of them on Redis Cluster.
 type Keys struct {
-	Meta   string // hash: stock, starts_ms, ends_ms
+	Meta   string // hash: stock, starts_ms, ends_ms, seq (the last local order id issued), epoch (moves when the buyers change while sold out)
 	Stock  string // string: remaining stock
-	Buyers string // hash: <user id> -> <order id>
-	Orders string // stream: one entry per accepted grab: o=<order id> u=<user id>; the entry id's milliseconds are the grab's time
+	Buyers string // hash: <user id> -> <local order id> (see seckill.OrderID)
+	Orders string // stream: one entry per accepted grab: o=<local order id> u=<user id>, under the entry id EntryID gives; its milliseconds are the grab's time
 	Debt   string // string: units owed after a reconciliation found no stock (see scripts/reconcile.lua)
 	Awake  string // string: set while a worker is known to be reading Orders; its absence makes grab.lua wake the workers
 }

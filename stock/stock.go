@@ -1,7 +1,13 @@
-// Package stock is the Redis side of a sale: the atomic grab, warm-up of an
-// activity into Redis, and compensation of failed orders. Each step is one
-// Lua script (scripts/*.lua) over keys that share the activity's hash tag,
-// so the same code runs on a single Redis, Sentinel and Redis Cluster.
+// Package stock is the Redis side of a sale: the atomic grab, which also
+// issues the order ids, warm-up of an activity into Redis, compensation of
+// failed orders, and the buyer snapshot of a sold-out activity. Each step
+// that writes is one Lua script (scripts/*.lua) over keys that share the
+// activity's hash tag, so the same code runs on a single Redis, Sentinel
+// and Redis Cluster, and on the embedded server of `seckill demo`.
+//
+// Redis holds only the local part of an order id (below 2^39, exact in a
+// Lua double); this package composes and splits full ids at its boundary
+// (seckill.OrderID).
 //
 // Concurrent grabs of one activity are combined: while one script call is
 // in flight, new grabs queue up and go together in the next call. Under a
@@ -58,6 +64,11 @@ type Config struct {
 	// joins the next one, which makes the batches as large as the crowd
 	// allows (measured: more grabs per second than 2, at a similar p99).
 	Pipelines int
+	// CombinerIdle is how long an activity's combiner waits for a grab
+	// before its goroutines end; the next grab starts them again. Default
+	// 1s. Goroutines follow the activities being grabbed, not all the
+	// activities ever grabbed.
+	CombinerIdle time.Duration
 }
 
 // Engine runs the scripts. It is safe for concurrent use; Close stops the
@@ -74,6 +85,9 @@ type Engine struct {
 	closing sync.RWMutex
 	closed  bool
 
+	// mu guards combiners and each combiner's running count: a grab takes
+	// its combiner, and an idle combiner goroutine ends, under mu (see
+	// combiner.retire).
 	mu        sync.Mutex
 	combiners map[int64]*combiner
 }
@@ -88,6 +102,9 @@ func New(rdb redis.UniversalClient, cfg Config) *Engine {
 	}
 	if cfg.Pipelines <= 0 {
 		cfg.Pipelines = 1
+	}
+	if cfg.CombinerIdle <= 0 {
+		cfg.CombinerIdle = time.Second
 	}
 	return &Engine{rdb: rdb, cfg: cfg, quit: make(chan struct{}), combiners: map[int64]*combiner{}}
 }
@@ -125,22 +142,24 @@ var errClosed = errors.New("stock: engine closed")
 
 // Result is the answer to one grab.
 type Result struct {
-	OrderID   int64 // the new order, or the user's existing one
+	OrderID   int64 // the new order, or the user's existing one (a full id, see seckill.OrderID)
 	New       bool  // false: the user already had OrderID
 	Remaining int64 // stock left in Redis after the batch
 }
 
-// Grab tries to take one unit of the activity's stock for user uid under the
-// new order id oid. It returns a Result, or an error: ErrNotLoaded, or a
-// *seckill.Error with code ESOLDOUT, ENOTSTARTED or EENDED (wrapped with the
-// remaining stock as SoldOut for the sold-out case), or a Redis error.
-func (e *Engine) Grab(ctx context.Context, activityID, uid, oid int64) (Result, error) {
+// Grab tries to take one unit of the activity's stock for user uid; Redis
+// issues the new order's id (see grab.lua). It returns a Result, or an
+// error: ErrNotLoaded, ErrSoldOut, ErrNotStarted, ErrEnded (*seckill.Error
+// values), or a Redis error.
+func (e *Engine) Grab(ctx context.Context, activityID, uid int64) (Result, error) {
 	e.closing.RLock()
 	if e.closed {
 		e.closing.RUnlock()
 		return Result{}, errClosed
 	}
-	r, err := e.combiner(activityID).enqueue(ctx, uid, oid)
+	c := e.combiner(activityID)
+	r, err := c.enqueue(ctx, uid)
+	c.users.Add(-1)
 	e.closing.RUnlock()
 	if err != nil {
 		return Result{}, err
@@ -148,8 +167,11 @@ func (e *Engine) Grab(ctx context.Context, activityID, uid, oid int64) (Result, 
 	return r.wait()
 }
 
-// combiner returns the activity's combiner, starting it on first use.
-// The caller holds e.closing for reading.
+// combiner returns the activity's combiner, counted as used until the
+// caller's grab is queued (the caller then decrements users), and makes
+// sure its goroutines run: it creates the combiner on first use, and
+// restarts goroutines that ended while it was idle. The caller holds
+// e.closing for reading.
 func (e *Engine) combiner(activityID int64) *combiner {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -157,13 +179,15 @@ func (e *Engine) combiner(activityID int64) *combiner {
 	if c == nil {
 		c = &combiner{e: e, id: activityID, keys: e.Keys(activityID), queue: make(chan *grabReq, 4*e.cfg.MaxBatch)}
 		e.combiners[activityID] = c
-		for range e.cfg.Pipelines {
-			e.wg.Add(1)
-			go func() {
-				defer e.wg.Done()
-				c.run()
-			}()
-		}
+	}
+	c.users.Add(1)
+	for c.running < e.cfg.Pipelines {
+		c.running++
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			c.run()
+		}()
 	}
 	return c
 }
@@ -191,7 +215,7 @@ var (
 )
 
 // decodeBatch turns grab.lua's reply into one result or error per request.
-func decodeBatch(reply any, n int) ([]Result, []error, error) {
+func decodeBatch(activityID int64, reply any, n int) ([]Result, []error, error) {
 	arr, ok := reply.([]any)
 	if !ok || len(arr) < 2 {
 		return nil, nil, fmt.Errorf("stock: unexpected grab reply %v", reply)
@@ -222,12 +246,12 @@ func decodeBatch(reply any, n int) ([]Result, []error, error) {
 			continue
 		}
 		code, _ := arr[2+2*i].(int64)
-		oidStr, _ := arr[3+2*i].(string)
+		localStr, _ := arr[3+2*i].(string)
 		switch code {
 		case codeNew, codeExists:
-			oid, err := strconv.ParseInt(oidStr, 10, 64)
+			oid, err := orderID(activityID, localStr)
 			if err != nil {
-				errs[i] = fmt.Errorf("stock: bad order id %q in redis: %w", oidStr, err)
+				errs[i] = err
 				continue
 			}
 			res[i].OrderID, res[i].New = oid, code == codeNew
@@ -240,30 +264,78 @@ func decodeBatch(reply any, n int) ([]Result, []error, error) {
 	return res, errs, nil
 }
 
+// orderID composes the full order id of a local id that Redis holds.
+func orderID(activityID int64, local string) (int64, error) {
+	n, err := strconv.ParseInt(local, 10, 64)
+	if err != nil || n <= 0 || n > seckill.MaxOrderLocal {
+		return 0, fmt.Errorf("stock: bad local order id %q in redis (activity %d)", local, activityID)
+	}
+	return seckill.OrderID(activityID, n), nil
+}
+
+// localID returns the decimal local part of an order id of the activity, as
+// Redis holds it; false if the id belongs to another activity.
+func localID(activityID, orderID int64) (string, bool) {
+	if seckill.OrderActivity(orderID) != activityID || seckill.OrderLocal(orderID) == 0 {
+		return "", false
+	}
+	return strconv.FormatInt(seckill.OrderLocal(orderID), 10), true
+}
+
+// LoadOption adds to what Load is told about the activity.
+type LoadOption func(*loadOptions)
+
+type loadOptions struct{ lastOrderID int64 }
+
+// OrdersAfter tells Load the highest order id the activity has used that the
+// buyers do not show (seckill.Store.LastOrderID: failed orders too): new
+// order ids are issued past it.
+func OrdersAfter(orderID int64) LoadOption {
+	return func(o *loadOptions) { o.lastOrderID = max(o.lastOrderID, orderID) }
+}
+
 // Load makes the activity available for grabs with the given remaining stock
 // and buyers (as the database knows them), unless Redis holds it already.
 // It reports whether this call loaded it. Callers serialize loads with a lock
 // to save work; correctness does not depend on it: the last step is
-// load-if-absent.
-func (e *Engine) Load(ctx context.Context, a seckill.Activity, buyers []seckill.Buyer) (bool, error) {
+// load-if-absent. New order ids continue past the buyers' orders, the
+// OrdersAfter option, and any entry the activity's stream still holds.
+// Buyers whose order id belongs to another activity are not loaded (the
+// database refuses a second order of theirs anyway).
+func (e *Engine) Load(ctx context.Context, a seckill.Activity, buyers []seckill.Buyer, opts ...LoadOption) (bool, error) {
+	var o loadOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	k := e.Keys(a.ID)
 	if n, err := e.rdb.Exists(ctx, k.Meta).Result(); err != nil || n == 1 {
 		return false, err
+	}
+	var last int64
+	if seckill.OrderActivity(o.lastOrderID) == a.ID {
+		last = seckill.OrderLocal(o.lastOrderID)
 	}
 	const chunk = 1000
 	for i := 0; i < len(buyers); i += chunk {
 		part := buyers[i:min(i+chunk, len(buyers))]
 		args := make([]any, 0, 2*len(part))
 		for _, b := range part {
-			uid, oid := strconv.FormatInt(b.UserID, 10), strconv.FormatInt(b.OrderID, 10)
-			args = append(args, uid, oid)
+			local, ok := localID(a.ID, b.OrderID)
+			if !ok {
+				continue
+			}
+			last = max(last, seckill.OrderLocal(b.OrderID))
+			args = append(args, strconv.FormatInt(b.UserID, 10), local)
+		}
+		if len(args) == 0 {
+			continue
 		}
 		if err := e.rdb.HSet(ctx, k.Buyers, args...).Err(); err != nil {
 			return false, fmt.Errorf("stock: load buyers of activity %d: %w", a.ID, err)
 		}
 	}
 	n, err := loadScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Orders},
-		a.StartsAt.UnixMilli(), a.EndsAt.UnixMilli(), a.Stock, a.Remaining, Group).Int()
+		a.StartsAt.UnixMilli(), a.EndsAt.UnixMilli(), a.Stock, a.Remaining, Group, strconv.FormatInt(last, 10)).Int()
 	if err != nil {
 		return false, fmt.Errorf("stock: load activity %d: %w", a.ID, err)
 	}
@@ -286,14 +358,18 @@ func (e *Engine) Remaining(ctx context.Context, activityID int64) (int64, error)
 	return n, err
 }
 
-// PendingOrder reports whether Redis holds order oid of the activity, and
-// whose it is. With the owner's uid it is one lookup; without (an admin
-// asking) it searches the order stream around the time the id was issued,
-// so it finds orders not yet acknowledged, or acknowledged and not yet
-// trimmed.
-func (e *Engine) PendingOrder(ctx context.Context, activityID, oid, uid int64, issued time.Time) (int64, bool, error) {
+// PendingOrder reports whether Redis holds order oid of the activity that
+// starts at startsAt, and whose it is, in one command. With the owner's uid
+// it reads the user's buyer mark; without (uid 0: an admin asking) it reads
+// the order's stream entry, whose id follows from the order id (see
+// grab.lua), so it finds orders not yet acknowledged, or acknowledged and
+// not yet trimmed. An id of another activity is not found.
+func (e *Engine) PendingOrder(ctx context.Context, activityID, oid, uid int64, startsAt time.Time) (int64, bool, error) {
+	want, ok := localID(activityID, oid)
+	if !ok {
+		return 0, false, nil
+	}
 	k := e.Keys(activityID)
-	want := strconv.FormatInt(oid, 10)
 	if uid != 0 {
 		s, err := e.rdb.HGet(ctx, k.Buyers, strconv.FormatInt(uid, 10)).Result()
 		if errors.Is(err, redis.Nil) {
@@ -301,32 +377,21 @@ func (e *Engine) PendingOrder(ctx context.Context, activityID, oid, uid int64, i
 		}
 		return uid, err == nil && s == want, err
 	}
-	// Ids come from the instances' clocks, entry ids from Redis': allow for
-	// skew. The window is bounded, and so is the work.
-	from := strconv.FormatInt(issued.Add(-2*time.Second).UnixMilli(), 10)
-	to := strconv.FormatInt(issued.Add(2*time.Second).UnixMilli(), 10)
-	const page = 1000
-	for range 100 {
-		msgs, err := e.rdb.XRangeN(ctx, k.Orders, from, to, page).Result()
-		if err != nil || len(msgs) == 0 {
-			return 0, false, err
-		}
-		for _, m := range msgs {
-			if m.Values["o"] == want {
-				uid, err := strconv.ParseInt(fmt.Sprint(m.Values["u"]), 10, 64)
-				return uid, err == nil, err
-			}
-		}
-		if len(msgs) < page {
-			return 0, false, nil
-		}
-		next, err := nextID(msgs[len(msgs)-1].ID)
-		if err != nil {
-			return 0, false, err
-		}
-		from = next
+	id := EntryID(startsAt, oid)
+	msgs, err := e.rdb.XRangeN(ctx, k.Orders, id, id, 1).Result()
+	if err != nil || len(msgs) == 0 || msgs[0].Values["o"] != want {
+		return 0, false, err
 	}
-	return 0, false, nil
+	owner, err := strconv.ParseInt(fmt.Sprint(msgs[0].Values["u"]), 10, 64)
+	return owner, err == nil, err
+}
+
+// EntryID is the id of order oid's entry in the order stream of its
+// activity, which starts at startsAt (see grab.lua).
+func EntryID(startsAt time.Time, oid int64) string {
+	local := seckill.OrderLocal(oid)
+	return strconv.FormatInt(startsAt.UnixMilli()+local>>seckill.OrderSeqBits, 10) + "-" +
+		strconv.FormatInt(local&(1<<seckill.OrderSeqBits-1), 10)
 }
 
 // Compensate gives back the stock and buyer mark of order oid of user uid,
@@ -334,13 +399,23 @@ func (e *Engine) PendingOrder(ctx context.Context, activityID, oid, uid int64, i
 // order in the database (oid failed as its duplicate), which the user keeps
 // along with the unit. It reports whether anything was done.
 func (e *Engine) Compensate(ctx context.Context, activityID, uid, oid, keepOrder int64) (bool, error) {
+	local, ok := localID(activityID, oid)
+	if !ok {
+		// Not an id grab.lua issued for this activity: no mark can hold it.
+		return false, nil
+	}
 	k := e.Keys(activityID)
 	keep := ""
 	if keepOrder != 0 {
-		keep = strconv.FormatInt(keepOrder, 10)
+		if keep, ok = localID(activityID, keepOrder); !ok {
+			// No mark can name an order of another id range (one issued
+			// before ids named their activity): the unit stays taken, as
+			// the kept order wants, and the mark stays.
+			return false, nil
+		}
 	}
-	n, err := compensateScript.Run(ctx, e.rdb, []string{k.Stock, k.Buyers, k.Debt},
-		uid, oid, keep, e.EventsChannel(), activityID).Int()
+	n, err := compensateScript.Run(ctx, e.rdb, []string{k.Stock, k.Buyers, k.Debt, k.Meta},
+		uid, local, keep, e.EventsChannel(), activityID).Int()
 	if err != nil {
 		return false, fmt.Errorf("stock: compensate order %d: %w", oid, err)
 	}
@@ -361,7 +436,12 @@ func (e *Engine) Reconcile(ctx context.Context, activityID int64, buyers []secki
 		part := buyers[i:min(i+chunk, len(buyers))]
 		args := make([]any, 0, 2*len(part))
 		for _, b := range part {
-			args = append(args, strconv.FormatInt(b.UserID, 10), strconv.FormatInt(b.OrderID, 10))
+			if local, ok := localID(activityID, b.OrderID); ok {
+				args = append(args, strconv.FormatInt(b.UserID, 10), local)
+			}
+		}
+		if len(args) == 0 {
+			continue
 		}
 		n, err := reconcileScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Buyers, k.Debt}, args...).Int64()
 		if err != nil {

@@ -12,8 +12,9 @@ import (
 	"github.com/seckilldev/seckill"
 )
 
-// ParseEntry turns an order stream entry (o=<oid> u=<uid>, its id's
-// milliseconds the time of the grab) into an OrderRequest.
+// ParseEntry turns an order stream entry (o=<local order id> u=<uid>, its
+// id's milliseconds the time of the grab; see grab.lua) into an
+// OrderRequest with the full order id (seckill.OrderID).
 func ParseEntry(activityID int64, m redis.XMessage) (seckill.OrderRequest, error) {
 	field := func(name string) (int64, error) {
 		s, _ := m.Values[name].(string)
@@ -23,9 +24,12 @@ func ParseEntry(activityID int64, m redis.XMessage) (seckill.OrderRequest, error
 		}
 		return n, nil
 	}
-	oid, err := field("o")
+	local, err := field("o")
 	if err != nil {
 		return seckill.OrderRequest{}, err
+	}
+	if local > seckill.MaxOrderLocal {
+		return seckill.OrderRequest{}, fmt.Errorf("stock: stream entry %s of activity %d: local order id %d out of range", m.ID, activityID, local)
 	}
 	uid, err := field("u")
 	if err != nil {
@@ -36,7 +40,7 @@ func ParseEntry(activityID int64, m redis.XMessage) (seckill.OrderRequest, error
 	if err != nil {
 		return seckill.OrderRequest{}, fmt.Errorf("stock: stream entry id %q of activity %d: %w", m.ID, activityID, err)
 	}
-	return seckill.OrderRequest{OrderID: oid, ActivityID: activityID, UserID: uid,
+	return seckill.OrderRequest{OrderID: seckill.OrderID(activityID, local), ActivityID: activityID, UserID: uid,
 		CreatedAt: unixMilli(ms)}, nil
 }
 
@@ -52,39 +56,72 @@ func (s StreamStats) Backlog() int64 { return s.Pending + s.Lag }
 
 // Stats returns the stream's figures; zero if the stream does not exist.
 func (e *Engine) Stats(ctx context.Context, activityID int64) (StreamStats, error) {
-	k := e.Keys(activityID)
-	groups, err := e.rdb.XInfoGroups(ctx, k.Orders).Result()
-	if err != nil {
-		if isNoStream(err) {
-			return StreamStats{}, nil
-		}
-		return StreamStats{}, err
+	st, err := e.StatsOf(ctx, []int64{activityID})
+	return st[activityID], err
+}
+
+// StatsOf returns the figures of many activities' streams in two pipelined
+// round trips, whatever their number (zero for a stream that does not
+// exist).
+func (e *Engine) StatsOf(ctx context.Context, ids []int64) (map[int64]StreamStats, error) {
+	out := make(map[int64]StreamStats, len(ids))
+	pipe := e.rdb.Pipeline()
+	groups := make([]*redis.XInfoGroupsCmd, len(ids))
+	lengths := make([]*redis.IntCmd, len(ids))
+	for i, id := range ids {
+		k := e.Keys(id)
+		groups[i] = pipe.XInfoGroups(ctx, k.Orders)
+		lengths[i] = pipe.XLen(ctx, k.Orders)
 	}
-	length, err := e.rdb.XLen(ctx, k.Orders).Result()
-	if err != nil {
-		return StreamStats{}, err
-	}
-	st := StreamStats{Length: length}
-	for _, g := range groups {
-		if g.Name != Group {
-			continue
-		}
-		st.Pending = g.Pending
-		// The lag Redis reports can be unknown (-1 after deletions) or, on
-		// embedded servers, wrong; whether anything waits is checked here.
-		next, err := nextID(g.LastDeliveredID)
+	_, _ = pipe.Exec(ctx)
+	// The lag Redis reports can be unknown (-1 after deletions) or, on
+	// embedded servers, wrong; whether anything waits is checked here.
+	pipe = e.rdb.Pipeline()
+	waiting := make(map[int64]*redis.XMessageSliceCmd)
+	lags := make(map[int64]int64)
+	for i, id := range ids {
+		gs, err := groups[i].Result()
 		if err != nil {
-			return StreamStats{}, err
+			if isNoStream(err) {
+				continue
+			}
+			return nil, err
 		}
-		waiting, err := e.rdb.XRangeN(ctx, k.Orders, next, "+", 1).Result()
+		length, err := lengths[i].Result()
 		if err != nil {
-			return StreamStats{}, err
+			return nil, err
 		}
-		if len(waiting) > 0 {
-			st.Lag = max(g.Lag, 1)
+		st := StreamStats{Length: length}
+		for _, g := range gs {
+			if g.Name != Group {
+				continue
+			}
+			st.Pending = g.Pending
+			next, err := nextID(g.LastDeliveredID)
+			if err != nil {
+				return nil, err
+			}
+			waiting[id] = pipe.XRangeN(ctx, e.Keys(id).Orders, next, "+", 1)
+			lags[id] = g.Lag
+		}
+		out[id] = st
+	}
+	if len(waiting) == 0 {
+		return out, nil
+	}
+	_, _ = pipe.Exec(ctx)
+	for id, cmd := range waiting {
+		msgs, err := cmd.Result()
+		if err != nil {
+			return nil, err
+		}
+		if len(msgs) > 0 {
+			st := out[id]
+			st.Lag = max(lags[id], 1)
+			out[id] = st
 		}
 	}
-	return st, nil
+	return out, nil
 }
 
 // Trim deletes the acknowledged entries of the activity's stream: those

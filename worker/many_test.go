@@ -16,27 +16,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckilldev/seckill"
+	"github.com/seckilldev/seckill/internal/rediscount"
 	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/stock"
 	"github.com/seckilldev/seckill/store"
 )
-
-// counter counts the commands a client sends, pipelined ones included.
-type counter struct{ n atomic.Int64 }
-
-func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
 
 // sales is many live activities in one database and one Redis namespace,
 // with an engine for the API's grabs and one of its own for the worker.
@@ -45,7 +29,7 @@ type sales struct {
 	api      *stock.Engine
 	wEngine  *stock.Engine
 	wClient  *redis.Client
-	commands *counter
+	commands *rediscount.Counter
 	acts     []seckill.Activity
 }
 
@@ -69,7 +53,7 @@ func newSalesAt(t *testing.T, addr string, n int, stockN int64, ends time.Durati
 	t.Cleanup(api.Close)
 	wClient := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 8})
 	t.Cleanup(func() { wClient.Close() })
-	c := &counter{}
+	c := &rediscount.Counter{}
 	wClient.AddHook(c)
 	s := &sales{store: st, api: api, wEngine: stock.New(wClient, stock.Config{Prefix: prefix}), wClient: wClient, commands: c}
 	t.Cleanup(s.wEngine.Close)
@@ -150,15 +134,15 @@ func TestManyActivities(t *testing.T) {
 	// Settled: every stream was read once and went cold.
 	var last int64 = -1
 	waitFor(t, "worker idle", func() bool {
-		now := s.commands.n.Load()
+		now := s.commands.N()
 		settled := now == last && now >= 3*n
 		last = now
 		time.Sleep(50 * time.Millisecond)
 		return settled
 	})
-	idleFrom := s.commands.n.Load()
+	idleFrom := s.commands.N()
 	time.Sleep(500 * time.Millisecond)
-	if idle := s.commands.n.Load() - idleFrom; idle > 5 {
+	if idle := s.commands.N() - idleFrom; idle > 5 {
 		t.Errorf("idle worker sent %d redis commands in 500ms for %d activities, want (nearly) none", idle, n)
 	}
 	if g := runtime.NumGoroutine() - before; g > 30 {

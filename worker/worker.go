@@ -156,7 +156,7 @@ type stream struct {
 	// settled: no entry was pending at the last claim, and none was
 	// delivered since: nothing to claim until the stream gets orders.
 	settled bool
-	dirty     bool      // entries acknowledged since the last trim
+	dirty   bool // entries acknowledged since the last trim
 	// cutoff, in the drain, is the last entry the stream held when the
 	// drain began: reading stops past it.
 	cutoff string
@@ -296,10 +296,10 @@ func (w *Worker) hot(streams map[int64]*stream) []*stream {
 }
 
 // round reads a batch from each stream with one pipeline and writes what
-// it got, Parallel batches at a time. A stream that gave entries stays hot;
-// one that gave none (or is not loaded) is left cold, except while its own
-// pending entries are being read again. It reports the streams that gave
-// entries.
+// it got, Parallel batches at a time. A stream that gave entries, or an
+// error, stays hot; one that gave none (or is not loaded) is left cold,
+// except while its own pending entries are being read again. It reports the
+// streams that gave entries.
 func (w *Worker) round(ctx context.Context, ss []*stream) (map[*stream]bool, error) {
 	pipe := w.rdb.Pipeline()
 	cmds := make([]*redis.XStreamSliceCmd, len(ss))
@@ -315,14 +315,18 @@ func (w *Worker) round(ctx context.Context, ss []*stream) (map[*stream]bool, err
 		res, err := cmds[i].Result()
 		switch {
 		case errors.Is(err, redis.Nil):
+		case stock.IsNoGroup(err):
+			// The activity is not (yet, or no longer) in Redis; the API
+			// loads it, with its group, on the next grab, which then
+			// wakes this loop.
+			s.hot = false
+			continue
 		case err != nil:
-			// NOGROUP: the activity is not (yet, or no longer) in Redis;
-			// the API loads it, with its group, on the next grab, which
-			// then wakes this loop.
-			if !stock.IsNoGroup(err) && firstErr == nil && ctx.Err() == nil {
+			// Redis is away: read again after a pause.
+			if firstErr == nil && ctx.Err() == nil {
 				firstErr = fmt.Errorf("activity %d: %w", s.a.ID, err)
 			}
-			s.hot = false
+			s.hot = true
 			continue
 		}
 		var msgs []redis.XMessage

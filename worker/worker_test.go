@@ -46,14 +46,18 @@ func newFixture(t *testing.T, stockN int64) *fixture {
 	return &fixture{store: st, engine: e, act: a}
 }
 
-// grab accepts n grabs of distinct users, with order ids 1000+uid.
-func (f *fixture) grab(t *testing.T, users ...int64) {
+// grab accepts grabs of distinct users and returns their order ids.
+func (f *fixture) grab(t *testing.T, users ...int64) map[int64]int64 {
 	t.Helper()
+	orders := map[int64]int64{}
 	for _, uid := range users {
-		if _, err := f.engine.Grab(context.Background(), f.act.ID, uid, 1000+uid); err != nil {
+		r, err := f.engine.Grab(context.Background(), f.act.ID, uid)
+		if err != nil {
 			t.Fatal(err)
 		}
+		orders[uid] = r.OrderID
 	}
+	return orders
 }
 
 func (f *fixture) worker(name string, crash func(string) bool) *Worker {
@@ -146,7 +150,7 @@ func TestCrashes(t *testing.T) {
 // order after MaxDeliveries, with its stock given back once.
 func TestPoison(t *testing.T) {
 	f := newFixture(t, 5)
-	f.grab(t, 1)
+	oid := f.grab(t, 1)[1]
 	for i := range 7 {
 		var crashed atomic.Bool
 		w := f.worker("w"+string(rune('a'+i)), func(s string) bool {
@@ -164,7 +168,7 @@ func TestPoison(t *testing.T) {
 	}
 	healthy := f.worker("healthy", nil)
 	run(t, healthy, func() bool { return f.drained(t) })
-	o, err := f.store.Order(context.Background(), 1001)
+	o, err := f.store.Order(context.Background(), oid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,13 +193,13 @@ func TestSoldOutInDatabase(t *testing.T) {
 	}
 	// ...while Redis sells all 10.
 	users := []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	f.grab(t, users...)
+	orders := f.grab(t, users...)
 	w := f.worker("w", nil)
 	run(t, w, func() bool { return f.drained(t) })
 	var confirmed, failed int
 	var mu sync.Mutex
 	for _, uid := range users {
-		o, err := f.store.Order(context.Background(), 1000+uid)
+		o, err := f.store.Order(context.Background(), orders[uid])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,8 +212,8 @@ func TestSoldOutInDatabase(t *testing.T) {
 			if o.Reason != seckill.ReasonSoldOut {
 				t.Errorf("failure reason %q, want sold_out", o.Reason)
 			}
-			if _, ok, _ := f.engine.PendingOrder(context.Background(), f.act.ID, 1000+uid, uid, time.Now()); ok {
-				t.Errorf("failed order %d still marked in redis", 1000+uid)
+			if _, ok, _ := f.engine.PendingOrder(context.Background(), f.act.ID, orders[uid], uid, time.Now()); ok {
+				t.Errorf("failed order %d still marked in redis", orders[uid])
 			}
 		}
 		mu.Unlock()

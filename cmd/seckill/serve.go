@@ -10,6 +10,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,9 +36,21 @@ type serveConfig struct {
 	backend    backendFlags
 	worker     workerFlags
 	logs       logFlags
+	// drainTimeout bounds the HTTP drain on shutdown, and then the
+	// worker's. Zero: defaultDrainTimeout.
+	drainTimeout time.Duration
+	// drainIdle is how long the drain waits for the next request of an
+	// idle keep-alive connection before it closes it. Zero:
+	// defaultDrainIdle.
+	drainIdle time.Duration
 	// ready, if set, receives the listening address once the API serves.
 	ready func(addr string)
 }
+
+const (
+	defaultDrainTimeout = 30 * time.Second
+	defaultDrainIdle    = time.Second
+)
 
 func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c serveConfig
@@ -44,11 +59,24 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of the admin API (default: a random token, printed once)")
 	fs.BoolVar(&c.noWorker, "no-worker", false, "run the API alone, without the order worker")
 	fs.StringVar(&c.debug, "debug-listen", "", "address to serve Go's pprof profiles on (default: none)")
+	fs.DurationVar(&c.drainTimeout, "drain-timeout", defaultDrainTimeout, "on SIGTERM, how long to answer the requests in flight, then as long for the worker to write the accepted orders; 0: no grace")
+	fs.DurationVar(&c.drainIdle, "drain-idle", defaultDrainIdle, "on SIGTERM, how long an idle keep-alive connection may stay silent before it is closed; its next request until then is answered, with Connection: close")
 	c.backend.register(fs, "sqlite://seckill.db")
 	c.worker.register(fs)
 	c.logs.register(fs)
 	if err := fs.parse(args); err != nil {
 		return err
+	}
+	for _, d := range []struct {
+		flag string
+		v    *time.Duration
+	}{{"--drain-timeout", &c.drainTimeout}, {"--drain-idle", &c.drainIdle}} {
+		switch {
+		case *d.v < 0:
+			return usagef("%s: %v is negative", d.flag, *d.v)
+		case *d.v == 0:
+			*d.v = time.Nanosecond // no grace: in serveConfig, zero means the default
+		}
 	}
 	return runServe(ctx, c, stdout, stderr)
 }
@@ -62,6 +90,13 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if c.drainTimeout == 0 {
+		c.drainTimeout = defaultDrainTimeout
+	}
+	if c.drainIdle == 0 {
+		c.drainIdle = defaultDrainIdle
+	}
+	wcfg.DrainTimeout = c.drainTimeout
 	generated := c.adminToken == ""
 	if generated {
 		b := make([]byte, 16)
@@ -88,17 +123,14 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 	reg.MustRegister(lockMetrics)
 	locks := lock.New(goredislock.New(bk.rdb), lock.WithPrefix(c.backend.prefix+":lock"), lock.WithHooks(lockMetrics.Hooks()))
 	defer locks.Close()
-	ids, stopIDs, err := leaseNodeID(ctx, locks, c.backend.prefix, log)
-	if err != nil {
-		return err
-	}
-	defer stopIDs()
-	svc := sale.New(bk.store, bk.engine, ids, sale.Config{Serialize: serializer(locks)}, log, sale.NewMetrics(reg))
+	svc := sale.New(bk.store, bk.engine, sale.Config{Serialize: serializer(locks)}, log, sale.NewMetrics(reg))
 	if err := svc.WarmUp(ctx); err != nil {
 		log.Warn("warm-up incomplete; activities load on first grab", "err", err)
 	}
 	api := httpapi.New(svc, c.adminToken, health(bk), log, reg, reg)
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	var dr drainer
+	srv := &http.Server{Handler: dr.handler(api), ConnState: dr.connState,
+		ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
 
 	// background work stops when bgCtx ends, after the HTTP server drained.
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -110,7 +142,11 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 		_ = svc.Run(bgCtx)
 	}()
 	if !c.noWorker {
-		w := worker.New(bk.store, bk.engine, wcfg, log, worker.NewMetrics(reg))
+		wEngine, err := bk.workerEngine(ctx, &c.backend)
+		if err != nil {
+			return err
+		}
+		w := worker.New(bk.store, wEngine, wcfg, log, worker.NewMetrics(reg))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -132,6 +168,7 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 	if generated {
 		fmt.Fprintf(stdout, "admin token (generated; pass --admin-token to choose one): %s\n", c.adminToken)
 	}
+	fmt.Fprintf(stdout, "database: %s\n", describeDB(c.backend.dbURL))
 	fmt.Fprintf(stdout, "listening on %s\n", ln.Addr())
 	if c.ready != nil {
 		c.ready(ln.Addr().String())
@@ -140,11 +177,9 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 	select {
 	case err = <-serveErr:
 	case <-ctx.Done():
-		log.Info("shutting down: draining requests")
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err = srv.Shutdown(sctx)
-		cancel()
+		err = dr.drain(srv, ln, serveErr, c.drainTimeout, c.drainIdle, log)
 	}
+	// Every grab is answered: the worker now writes what the streams hold.
 	stopBG()
 	wg.Wait()
 	if errors.Is(err, http.ErrServerClosed) {
@@ -152,6 +187,28 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 	}
 	log.Info("stopped")
 	return err
+}
+
+// describeDB names the database for the startup lines: a SQLite file by its
+// absolute path (a relative sqlite:// URL depends on the directory serve was
+// started in), any other database by its URL without the password.
+func describeDB(rawURL string) string {
+	rest, ok := strings.CutPrefix(rawURL, "sqlite://")
+	if !ok {
+		return redactURL(rawURL)
+	}
+	rest, _, _ = strings.Cut(rest, "?")
+	path, err := url.PathUnescape(rest)
+	if err != nil {
+		return redactURL(rawURL)
+	}
+	if path == ":memory:" {
+		return "SQLite in memory (gone when serve stops)"
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	return "SQLite file " + path
 }
 
 // liveActivities lists the activities that have not ended long ago.

@@ -55,7 +55,7 @@ func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	wf.register(fs)
 	logs.register(fs)
 	fs.StringVar(&metrics, "metrics-listen", "", "address to serve /metrics on (default: none)")
-	fs.DurationVar(&drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long to go on writing the orders that the streams held then")
+	fs.DurationVar(&drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long to go on writing the orders that the streams held then; 0: no grace")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -67,10 +67,10 @@ func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	if drain <= 0 {
-		return usagef("--drain-timeout: %v is not positive", drain)
+	if drain < 0 {
+		return usagef("--drain-timeout: %v is negative", drain)
 	}
-	cfg.DrainTimeout = drain
+	cfg.DrainTimeout = max(drain, time.Nanosecond) // 0: no grace (zero is the default in worker.Config)
 	if backend.redisURL == "" {
 		return usagef("--redis: the worker needs the Redis of the API instances")
 	}

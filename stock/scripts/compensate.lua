@@ -7,16 +7,29 @@
 -- KEYS[1] stock   string
 -- KEYS[2] buyers  hash
 -- KEYS[3] debt    string (see reconcile.lua)
--- ARGV[1] uid  ARGV[2] oid
--- ARGV[3] the user's order that the database holds ("" if none). Then the
---         order failed as a duplicate: Redis had lost the user's real order,
---         whose unit this one took in its stead. The user keeps that order
---         and the unit stays taken.
+-- KEYS[4] meta    hash   seq, epoch (see grab.lua, load.lua)
+-- ARGV[1] uid  ARGV[2] the order's local id (decimal)
+-- ARGV[3] the local id of the user's order that the database holds ("" if
+--         none). Then the order failed as a duplicate: Redis had lost the
+--         user's real order, whose unit this one took in its stead. The user
+--         keeps that order and the unit stays taken.
 -- ARGV[4] pub/sub channel told that stock came back  ARGV[5] message
 --
+-- Whatever the receipt says, order ids are issued past this one from now
+-- on: it may come from a stream that Redis lost, and its id must not be
+-- issued again. Whenever the buyers change, the epoch moves, so that
+-- instances holding a snapshot of them (taken while sold out) drop it.
+--
 -- Returns 1 if the stock or mark was handled, 0 if nothing was to be done.
+local loaded = redis.call('EXISTS', KEYS[4]) == 1
+if loaded and tonumber(ARGV[2]) > (tonumber(redis.call('HGET', KEYS[4], 'seq')) or 0) then
+  redis.call('HSET', KEYS[4], 'seq', ARGV[2])
+end
 if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then
   return 0
+end
+if loaded then
+  redis.call('HINCRBY', KEYS[4], 'epoch', 1)
 end
 if ARGV[3] ~= '' then
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])

@@ -1,47 +1,64 @@
 -- grab.lua: try a batch of grabs of one activity in one atomic step.
 --
--- KEYS[1] meta    hash   starts_ms, ends_ms, stock
+-- KEYS[1] meta    hash   starts_ms, ends_ms, stock, seq (the last order's
+--                 local id), epoch (see load.lua)
 -- KEYS[2] stock   string remaining stock
--- KEYS[3] buyers  hash   <uid> -> <oid>
--- KEYS[4] orders  stream one entry per accepted grab: o=<oid> u=<uid>; the
---                 entry id's milliseconds are the time of the grab
+-- KEYS[3] buyers  hash   <uid> -> <local id of the user's order>
+-- KEYS[4] orders  stream one entry per accepted grab: o=<local id> u=<uid>,
+--                 under the entry id <starts_ms + (local >> 3)>-<local & 7>:
+--                 its milliseconds are the time of the grab (later when ids
+--                 borrow), and an order's entry is found from its id alone
 -- KEYS[5] awake   string set while a worker reads the stream. When a grab is
 --                 accepted and it is absent, this script sets it and
 --                 publishes the activity id on ARGV[1], waking the workers:
 --                 one message per idle-to-busy change, none under load.
 -- ARGV[1] the workers' wake-up channel  ARGV[2] the activity id
--- ARGV[3], ARGV[4]   uid, oid of the first grab; then pairs for the others.
---                    Ids are decimal strings: Lua numbers are doubles and
---                    would round 64-bit ids.
+-- ARGV[3], ...       the uid of each grab (decimal strings)
 --
--- Returns {status, remaining, code1, oid1, code2, oid2, ...}
+-- Order ids are issued here, per activity: local = max(seq + 1,
+-- (now - starts_ms) << 3), 36 bits of milliseconds and 3 of sequence; more
+-- than 8 orders in a millisecond borrow from the next one, so locals only
+-- grow and so do the entry ids (XADD refuses an id not above the last).
+-- The caller prefixes the activity id (seckill.OrderID). Every number this
+-- script handles stays below 2^53, exact in a Lua double, and goes out as
+-- a decimal string made by string.format('%d'): Redis' Lua 5.1 would turn
+-- a number above 10^14 into "1.2345678901235e+14".
+--
+-- Returns {status, remaining, code1, local1, code2, local2, ...}
 --   status: 0 ok (codes follow), 1 not loaded, 2 not started, 3 ended
---   code:   0 new order (oid is the new order), 1 the user already has an
---           order (oid is that order), 2 sold out (oid is "")
-local window = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms')
+--   code:   0 new order (local is the new order), 1 the user already has an
+--           order (local is that order), 2 sold out (local is "")
+local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'seq')
 local remaining = tonumber(redis.call('GET', KEYS[2]))
-if not window[1] or not window[2] or not remaining then
+if not meta[1] or not meta[2] or not remaining then
   return {1, 0}
 end
+local starts = tonumber(meta[1])
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-if now < tonumber(window[1]) then
+if now < starts then
   return {2, remaining}
 end
-if now >= tonumber(window[2]) then
+if now >= tonumber(meta[2]) then
   return {3, remaining}
 end
 
+local seq = tonumber(meta[3]) or 0
+local base = (now - starts) * 8
 local out = {0, 0}
 local taken = 0
-for i = 3, #ARGV, 2 do
-  local uid, oid = ARGV[i], ARGV[i + 1]
+for i = 3, #ARGV do
+  local uid = ARGV[i]
+  local id = math.max(seq + 1, base)
+  local idStr = string.format('%d', id)
   -- While stock lasts, one HSETNX both checks and records the buyer.
-  if remaining - taken > 0 and redis.call('HSETNX', KEYS[3], uid, oid) == 1 then
+  if remaining - taken > 0 and redis.call('HSETNX', KEYS[3], uid, idStr) == 1 then
     taken = taken + 1
-    redis.call('XADD', KEYS[4], '*', 'o', oid, 'u', uid)
+    seq = id
+    local entry = string.format('%d-%d', starts + math.floor(id / 8), id % 8)
+    redis.call('XADD', KEYS[4], entry, 'o', idStr, 'u', uid)
     out[#out + 1] = 0
-    out[#out + 1] = oid
+    out[#out + 1] = idStr
   else
     local existing = redis.call('HGET', KEYS[3], uid)
     if existing then
@@ -54,6 +71,7 @@ for i = 3, #ARGV, 2 do
   end
 end
 if taken > 0 then
+  redis.call('HSET', KEYS[1], 'seq', string.format('%d', seq))
   remaining = redis.call('DECRBY', KEYS[2], taken)
   if redis.call('SET', KEYS[5], '1', 'NX') then
     redis.call('PUBLISH', ARGV[1], ARGV[2])

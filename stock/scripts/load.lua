@@ -8,13 +8,38 @@
 -- KEYS[3] orders  stream
 -- ARGV[1] starts_ms  ARGV[2] ends_ms  ARGV[3] stock  ARGV[4] remaining
 -- ARGV[5] consumer group name
+-- ARGV[6] the highest local order id the activity is known to have used
+--         (in the database, among the buyers), "0" if none
+--
+-- Order ids (see grab.lua) continue past ARGV[6] and past the last entry id
+-- the stream generated, if the stream outlived the rest (XADD refuses an id
+-- not above it, deleted entries included). The epoch, which compensate.lua
+-- and reconcile.lua advance whenever they change the buyers while the stock
+-- may be 0, starts at a fresh value, Redis' clock in microseconds: an
+-- instance that holds a snapshot of the buyers taken before the activity
+-- was lost sees another epoch and drops it.
 --
 -- Returns 1 if this call loaded the activity, 0 if it was loaded already.
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
 redis.call('SET', KEYS[2], ARGV[4])
+local starts = tonumber(ARGV[1])
+local seq = tonumber(ARGV[6])
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  local info = redis.call('XINFO', 'STREAM', KEYS[3])
+  for i = 1, #info - 1, 2 do
+    if info[i] == 'last-generated-id' and type(info[i + 1]) == 'string' then
+      local ms, n = string.match(info[i + 1], '^(%d+)-(%d+)$')
+      if ms then
+        seq = math.max(seq, (tonumber(ms) - starts) * 8 + math.min(tonumber(n), 7))
+      end
+    end
+  end
+end
 local ok = pcall(redis.call, 'XGROUP', 'CREATE', KEYS[3], ARGV[5], '0', 'MKSTREAM')
 -- BUSYGROUP (the group exists) is fine: its pending entries are kept.
-redis.call('HSET', KEYS[1], 'starts_ms', ARGV[1], 'ends_ms', ARGV[2], 'stock', ARGV[3])
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'starts_ms', ARGV[1], 'ends_ms', ARGV[2], 'stock', ARGV[3],
+  'seq', string.format('%d', seq), 'epoch', string.format('%d', t[1] * 1000000 + t[2]))
 return 1

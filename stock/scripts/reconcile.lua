@@ -4,23 +4,32 @@
 -- rebuilt from a database snapshot taken before that commit. Idempotent:
 -- the buyer mark is the receipt.
 --
--- KEYS[1] meta    hash   (only checked: is the activity loaded?)
+-- KEYS[1] meta    hash   loaded? and seq, epoch (see grab.lua, load.lua)
 -- KEYS[2] stock   string
 -- KEYS[3] buyers  hash
 -- KEYS[4] debt    string units taken while the stock was 0, owed by the
 --                 next compensations (see compensate.lua)
--- ARGV: uid1, oid1, uid2, oid2, ... (confirmed orders)
+-- ARGV: uid1, local1, uid2, local2, ... (confirmed orders, local ids in
+--       decimal)
+--
+-- Order ids are issued past the given ones from now on (they may come from
+-- a lost stream). A mark added or changed moves the epoch, so that
+-- instances holding a snapshot of the buyers drop it.
 --
 -- Returns -1 if the activity is not loaded, else the units taken.
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return -1
 end
-local taken = 0
+local taken, changed = 0, 0
+local seq = tonumber(redis.call('HGET', KEYS[1], 'seq')) or 0
+local top = seq
 for i = 1, #ARGV, 2 do
   local uid, oid = ARGV[i], ARGV[i + 1]
+  top = math.max(top, tonumber(oid))
   local mark = redis.call('HGET', KEYS[3], uid)
   if mark ~= oid then
     redis.call('HSET', KEYS[3], uid, oid)
+    changed = changed + 1
     -- A user Redis did not know takes a unit now. A user who grabbed
     -- again meanwhile already took one, under an order the database will
     -- refuse as a duplicate of this one: that unit is this order's.
@@ -35,5 +44,11 @@ for i = 1, #ARGV, 2 do
       end
     end
   end
+end
+if top > seq then
+  redis.call('HSET', KEYS[1], 'seq', string.format('%d', top))
+end
+if changed > 0 then
+  redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 end
 return taken

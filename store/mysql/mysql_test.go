@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,16 @@ func openStore(t testing.TB, url string) *mysql.Store {
 }
 
 func TestStore(t *testing.T) { storetest.Run(t, open) }
+
+func TestActivityIDLimit(t *testing.T) {
+	s := openStore(t, testenv.MySQLURL(t))
+	storetest.RunActivityIDLimit(t, s, func(next int64) {
+		q := fmt.Sprintf(`ALTER TABLE activities AUTO_INCREMENT = %d`, next)
+		if _, err := s.DB().ExecContext(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
 
 func TestOpen(t *testing.T) {
 	url := testenv.MySQLURL(t)

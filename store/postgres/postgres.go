@@ -146,10 +146,17 @@ func (s *Store) CreateActivity(ctx context.Context, a *seckill.Activity) error {
 INSERT INTO activities (name, stock, remaining, starts_at, ends_at)
 VALUES ($1, $2, $2, $3, $4)
 RETURNING id`
-	if err := s.pool.QueryRow(ctx, q, a.Name, a.Stock, a.StartsAt, a.EndsAt).Scan(&a.ID); err != nil {
-		return fmt.Errorf("postgres: create activity: %w", err)
+	var id int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, q, a.Name, a.Stock, a.StartsAt, a.EndsAt).Scan(&id); err != nil {
+			return fmt.Errorf("postgres: create activity: %w", err)
+		}
+		return sqlstore.CheckActivityID(id)
+	})
+	if err != nil {
+		return err
 	}
-	a.Remaining = a.Stock
+	a.ID, a.Remaining = id, a.Stock
 	return nil
 }
 
@@ -200,6 +207,18 @@ func (s *Store) Buyers(ctx context.Context, activityID int64) ([]seckill.Buyer, 
 		return nil, fmt.Errorf("postgres: buyers of activity %d: %w", activityID, err)
 	}
 	return bs, nil
+}
+
+// LastOrderID returns the highest order id of the activity's range,
+// confirmed or failed; 0 if none.
+func (s *Store) LastOrderID(ctx context.Context, activityID int64) (int64, error) {
+	id, err := sqlstore.LastOrderID(activityID, true, func(q string, args ...any) sqlstore.Row {
+		return s.pool.QueryRow(ctx, q, args...)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: last order id of activity %d: %w", activityID, err)
+	}
+	return id, nil
 }
 
 // Order returns the confirmed or failed order; ENOTFOUND if there is neither.

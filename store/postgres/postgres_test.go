@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -26,6 +27,16 @@ func openStore(t testing.TB, url string) *postgres.Store {
 }
 
 func TestStore(t *testing.T) { storetest.Run(t, open) }
+
+func TestActivityIDLimit(t *testing.T) {
+	s := openStore(t, testenv.PostgresURL(t))
+	storetest.RunActivityIDLimit(t, s, func(next int64) {
+		q := fmt.Sprintf(`ALTER TABLE activities ALTER COLUMN id RESTART WITH %d`, next)
+		if _, err := s.Pool().Exec(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
 
 func TestOpen(t *testing.T) {
 	url := testenv.PostgresURL(t)

@@ -199,14 +199,21 @@ func (s *Store) CreateActivity(ctx context.Context, a *seckill.Activity) error {
 	}
 	a.StartsAt, a.EndsAt = sqlstore.Millis(a.StartsAt), sqlstore.Millis(a.EndsAt)
 	const q = `INSERT INTO activities (name, stock, remaining, starts_at, ends_at) VALUES (?, ?, ?, ?, ?)`
-	res, err := s.db.ExecContext(ctx, q, a.Name, a.Stock, a.Stock, text(a.StartsAt), text(a.EndsAt))
+	var id int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, q, a.Name, a.Stock, a.Stock, text(a.StartsAt), text(a.EndsAt))
+		if err == nil {
+			id, err = res.LastInsertId()
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite: create activity: %w", err)
+		}
+		return sqlstore.CheckActivityID(id)
+	})
 	if err != nil {
-		return fmt.Errorf("sqlite: create activity: %w", err)
+		return err
 	}
-	if a.ID, err = res.LastInsertId(); err != nil {
-		return fmt.Errorf("sqlite: create activity: %w", err)
-	}
-	a.Remaining = a.Stock
+	a.ID, a.Remaining = id, a.Stock
 	return nil
 }
 
@@ -294,6 +301,18 @@ func (s *Store) Buyers(ctx context.Context, activityID int64) ([]seckill.Buyer, 
 		return nil, fmt.Errorf("sqlite: buyers of activity %d: %w", activityID, err)
 	}
 	return bs, nil
+}
+
+// LastOrderID returns the highest order id of the activity's range,
+// confirmed or failed; 0 if none.
+func (s *Store) LastOrderID(ctx context.Context, activityID int64) (int64, error) {
+	id, err := sqlstore.LastOrderID(activityID, false, func(q string, args ...any) sqlstore.Row {
+		return s.db.QueryRowContext(ctx, q, args...)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: last order id of activity %d: %w", activityID, err)
+	}
+	return id, nil
 }
 
 // Order returns the confirmed or failed order; ENOTFOUND if there is neither.

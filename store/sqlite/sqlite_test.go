@@ -28,6 +28,16 @@ func openStore(t testing.TB, url string) *sqlite.Store {
 
 func TestStore(t *testing.T) { storetest.Run(t, open) }
 
+func TestActivityIDLimit(t *testing.T) {
+	s := openStore(t, "sqlite://"+filepath.Join(t.TempDir(), "seckill.db"))
+	storetest.RunActivityIDLimit(t, s, func(next int64) {
+		const q = `UPDATE sqlite_sequence SET seq = ? WHERE name = 'activities'`
+		if _, err := s.DB().ExecContext(context.Background(), q, next-1); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // An in-memory database must hold up under the store's connection pool.
 func TestStoreInMemory(t *testing.T) {
 	storetest.Run(t, func(t testing.TB) seckill.Store { return openStore(t, "sqlite://:memory:") })

@@ -40,6 +40,7 @@ func Run(t *testing.T, open Open) {
 		{"FailOrders", testFailOrders},
 		{"GrabAgainAfterFailure", testGrabAgainAfterFailure},
 		{"Order", testOrder},
+		{"LastOrderID", testLastOrderID},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -553,6 +554,52 @@ func testOrder(t *testing.T, s seckill.Store) {
 	}
 	if _, err := s.Order(ctx, 42); seckill.ErrorCode(err) != seckill.ENOTFOUND {
 		t.Errorf("Order(unknown) = %v, want %s", err, seckill.ENOTFOUND)
+	}
+}
+
+// LastOrderID finds the highest id of the activity's range among confirmed
+// and failed orders, and nothing of another activity's range.
+func testLastOrderID(t *testing.T, s seckill.Store) {
+	ctx := context.Background()
+	a, b, c := newActivity(t, s, 5), newActivity(t, s, 5), newActivity(t, s, 5)
+	id := seckill.OrderID
+	checkApply(t, s, []seckill.OrderRequest{req(id(a.ID, 8), a.ID, 1), req(id(a.ID, 12), a.ID, 2), req(id(b.ID, 3), b.ID, 1)},
+		confirmed, confirmed, confirmed)
+	checkFail(t, s, []seckill.OrderRequest{req(id(a.ID, 99), a.ID, 3)}, seckill.ReasonPoison, failed(seckill.ReasonPoison))
+	// An order id of another range that names activity a (an id from
+	// before ids named their activity) is not in a's range.
+	checkApply(t, s, []seckill.OrderRequest{req(id(c.ID+1, 1000), a.ID, 4)}, confirmed)
+	for _, tt := range []struct{ activity, want int64 }{
+		{a.ID, id(a.ID, 99)}, // the failed order
+		{b.ID, id(b.ID, 3)},
+		{c.ID, 0},
+	} {
+		if got, err := s.LastOrderID(ctx, tt.activity); err != nil || got != tt.want {
+			t.Errorf("LastOrderID(%d) = %d, %v; want %d", tt.activity, got, err, tt.want)
+		}
+	}
+}
+
+// RunActivityIDLimit checks that CreateActivity creates the activity with
+// id seckill.MaxActivityID and refuses the next one with
+// seckill.ErrActivityIDs, leaving no row. setNext makes the engine hand out
+// next as the next activity id (after one activity was created).
+func RunActivityIDLimit(t *testing.T, s seckill.Store, setNext func(next int64)) {
+	ctx := context.Background()
+	newActivity(t, s, 1)
+	setNext(seckill.MaxActivityID)
+	last := newActivity(t, s, 1)
+	if last.ID != seckill.MaxActivityID {
+		t.Fatalf("activity id %d, want %d (setNext did not take)", last.ID, seckill.MaxActivityID)
+	}
+	a := seckill.Activity{Name: "one too many", Stock: 1, StartsAt: created, EndsAt: created.Add(time.Hour)}
+	err := s.CreateActivity(ctx, &a)
+	if seckill.ErrorCode(err) != seckill.EUNAVAILABLE || a.ID != 0 {
+		t.Fatalf("CreateActivity past the last id = %v (id %d), want %s", err, a.ID, seckill.EUNAVAILABLE)
+	}
+	acts, err := s.Activities(ctx, created.Add(-48*time.Hour))
+	if err != nil || len(acts) != 2 {
+		t.Errorf("activities after the refusal: %d (%v), want 2: the refused one left no row", len(acts), err)
 	}
 }
 

@@ -147,3 +147,10 @@ func TestParams(t *testing.T) {
 		t.Errorf("Rows = %q", got)
 	}
 }
+
+func TestDollar(t *testing.T) {
+	got := Dollar("SELECT a FROM t WHERE x BETWEEN ? AND ? OR y = ?")
+	if want := "SELECT a FROM t WHERE x BETWEEN $1 AND $2 OR y = $3"; got != want {
+		t.Errorf("Dollar = %q, want %q", got, want)
+	}
+}

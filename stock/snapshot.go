@@ -1,0 +1,173 @@
+package stock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckilldev/seckill"
+)
+
+// Snapshot is the complete buyer set of a sold-out activity, as Redis held
+// it at one epoch (see load.lua). While Redis' stock is 0 the buyers change
+// only through compensate.lua and reconcile.lua, and both move the epoch;
+// so while the epoch stays and the stock stays 0, the snapshot stays true.
+type Snapshot struct {
+	ActivityID int64
+	Epoch      string
+	buyers     []buyer // by uid
+}
+
+// buyer is 16 bytes a buyer: a million buyers take 16 MB.
+type buyer struct{ uid, local int64 }
+
+// Order returns the order of user uid, if uid is a buyer.
+func (s *Snapshot) Order(uid int64) (int64, bool) {
+	i, ok := slices.BinarySearchFunc(s.buyers, uid, func(b buyer, uid int64) int { return cmp.Compare(b.uid, uid) })
+	if !ok {
+		return 0, false
+	}
+	return seckill.OrderID(s.ActivityID, s.buyers[i].local), true
+}
+
+// Len returns the number of buyers.
+func (s *Snapshot) Len() int { return len(s.buyers) }
+
+var (
+	// ErrNotSoldOut: Redis' stock of the activity is not 0.
+	ErrNotSoldOut = errors.New("stock: activity not sold out")
+	// ErrTooManyBuyers: the activity has more buyers than the snapshot's
+	// limit.
+	ErrTooManyBuyers = errors.New("stock: too many buyers for a snapshot")
+)
+
+// snapshotAttempts bounds the reads of a buyer set that keeps changing.
+const snapshotAttempts = 3
+
+// SoldOutSnapshot reads the buyers of a sold-out activity: ErrNotSoldOut if
+// Redis has stock left, ErrTooManyBuyers above limit buyers, ErrNotLoaded.
+// A large set is read in chunks (HSCAN), so Redis never blocks on it; the
+// epoch and the stock, read before and after, prove that nothing changed
+// meanwhile (else it reads again, a few times).
+func (e *Engine) SoldOutSnapshot(ctx context.Context, activityID int64, limit int) (*Snapshot, error) {
+	k := e.Keys(activityID)
+	for range snapshotAttempts {
+		epoch, err := e.soldOutEpoch(ctx, activityID)
+		if err != nil {
+			return nil, err
+		}
+		n, err := e.rdb.HLen(ctx, k.Buyers).Result()
+		if err != nil {
+			return nil, err
+		}
+		if n > int64(limit) {
+			return nil, ErrTooManyBuyers
+		}
+		buyers := make([]buyer, 0, n)
+		add := func(kv []string) error {
+			for i := 0; i+1 < len(kv); i += 2 {
+				uid, err1 := strconv.ParseInt(kv[i], 10, 64)
+				local, err2 := strconv.ParseInt(kv[i+1], 10, 64)
+				if err1 != nil || err2 != nil {
+					return fmt.Errorf("stock: bad buyer %q -> %q of activity %d", kv[i], kv[i+1], activityID)
+				}
+				buyers = append(buyers, buyer{uid, local})
+			}
+			return nil
+		}
+		const chunk = 1000
+		if n <= chunk {
+			kv, err := e.rdb.HGetAll(ctx, k.Buyers).Result()
+			if err != nil {
+				return nil, err
+			}
+			for uid, local := range kv {
+				if err := add([]string{uid, local}); err != nil {
+					return nil, err
+				}
+			}
+		} else {
+			var cursor uint64
+			for {
+				var kv []string
+				kv, cursor, err = e.rdb.HScan(ctx, k.Buyers, cursor, "", chunk).Result()
+				if err != nil {
+					return nil, err
+				}
+				if err := add(kv); err != nil {
+					return nil, err
+				}
+				if cursor == 0 {
+					break
+				}
+				if len(buyers) > limit+chunk {
+					// HSCAN may repeat elements, but not that many: the set grew.
+					return nil, ErrTooManyBuyers
+				}
+			}
+		}
+		again, err := e.soldOutEpoch(ctx, activityID)
+		if errors.Is(err, ErrNotSoldOut) || err == nil && again != epoch {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		slices.SortFunc(buyers, func(a, b buyer) int { return cmp.Compare(a.uid, b.uid) })
+		buyers = slices.CompactFunc(buyers, func(a, b buyer) bool { return a.uid == b.uid })
+		if len(buyers) > limit {
+			return nil, ErrTooManyBuyers
+		}
+		return &Snapshot{ActivityID: activityID, Epoch: epoch, buyers: slices.Clip(buyers)}, nil
+	}
+	return nil, fmt.Errorf("stock: the buyers of activity %d kept changing during %d reads", activityID, snapshotAttempts)
+}
+
+// SnapshotValid reports whether s still holds: the activity's epoch is the
+// same and its stock still 0. One round trip.
+func (e *Engine) SnapshotValid(ctx context.Context, s *Snapshot) (bool, error) {
+	epoch, err := e.soldOutEpoch(ctx, s.ActivityID)
+	switch {
+	case errors.Is(err, ErrNotSoldOut), errors.Is(err, ErrNotLoaded):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return epoch == s.Epoch, nil
+}
+
+// soldOutEpoch returns the activity's epoch if its stock is 0 (ErrNotSoldOut
+// if not, ErrNotLoaded if Redis does not hold it), in one round trip.
+func (e *Engine) soldOutEpoch(ctx context.Context, activityID int64) (string, error) {
+	k := e.Keys(activityID)
+	var meta *redis.SliceCmd
+	var remaining *redis.StringCmd
+	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		meta = p.HMGet(ctx, k.Meta, "starts_ms", "epoch")
+		remaining = p.Get(ctx, k.Stock)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", err
+	}
+	v := meta.Val()
+	n, err := remaining.Int64()
+	if len(v) != 2 || v[0] == nil || errors.Is(err, redis.Nil) {
+		return "", ErrNotLoaded
+	}
+	if err != nil {
+		return "", err
+	}
+	if n > 0 {
+		return "", ErrNotSoldOut
+	}
+	// An activity loaded before epochs existed has none until the first
+	// change: "" is its epoch, and the change makes it "1".
+	epoch, _ := v[1].(string)
+	return epoch, nil
+}
