@@ -123,12 +123,13 @@ func TestCluster(t *testing.T) {
 			}
 			b.Unlock(ctx)
 
-			// a watchdog on a cluster
-			w, err := c1.Lock(ctx, "dog", lock.WithWatchdog(300*time.Millisecond))
+			// a watchdog on a cluster keeps the lock past its lease
+			const lease = 2 * time.Second
+			w, err := c1.Lock(ctx, "dog", lock.WithWatchdog(lease))
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Second)
+			time.Sleep(lease + lease/2)
 			select {
 			case <-w.Done():
 				t.Fatalf("lost: %v", context.Cause(w.Context()))

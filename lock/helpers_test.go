@@ -3,6 +3,8 @@ package lock_test
 import (
 	"context"
 	"runtime"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -110,6 +112,31 @@ type injected struct{}
 func (injected) Error() string { return "injected failure" }
 
 var errInjected error = injected{}
+
+// renewals records what the Renew hook sees: when each renewal started
+// and ended, and how.
+type renewals struct {
+	mu   sync.Mutex
+	done []renewal
+}
+
+type renewal struct {
+	start, end time.Time
+	err        error
+}
+
+func (r *renewals) hook(_ string, took time.Duration, err error) {
+	now := time.Now()
+	r.mu.Lock()
+	r.done = append(r.done, renewal{start: now.Add(-took), end: now, err: err})
+	r.mu.Unlock()
+}
+
+func (r *renewals) list() []renewal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.done)
+}
 
 // waitFor polls cond until it holds or d passes.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {

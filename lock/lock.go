@@ -533,6 +533,12 @@ func (c *Client) release(ctx context.Context, l *Lock, next *waiter, more bool) 
 		return done, 0, nil
 	case len(qe.Nodes) == no:
 		return refused, 0, ErrNotHeld // every node answered; a quorum did not hold it
+	case ok > 0 && ok+no >= c.quorum:
+		// Released where it was held, and a quorum now answered that it
+		// does not hold it: whatever the silent nodes hold, no quorum can.
+		// A lock taken on a bare quorum (a split vote under contention),
+		// one node of which then failed, is released here, not unknown.
+		return done, 0, nil
 	}
 	return failed, 0, &qe
 }

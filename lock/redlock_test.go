@@ -62,6 +62,12 @@ func (f *vectorFence) accept(tokens []int64) bool {
 	return true
 }
 
+// redlockLease is the lease of the Redlock tests' locks. A Redlock request
+// to one node may take a tenth of the lease (see NewRedlock): 300 ms, which a
+// loaded 2-core machine under -race meets, where the 60 ms of a 600 ms lease
+// did not, even for a first request that dials and loads the script.
+const redlockLease = 3 * time.Second
+
 // TestRedlock runs five redis-server processes, contends for one lock from
 // ten goroutines, kills one node halfway, and checks that exclusion holds,
 // progress continues, the watchdog keeps a lock over the kill, and vector
@@ -82,20 +88,25 @@ func TestRedlock(t *testing.T) {
 			ctx := ctxTimeout(t, 60*time.Second)
 
 			// a lock held by the watchdog across the kill of a node
-			kept, err := c.Lock(ctx, "kept", lock.WithWatchdog(600*time.Millisecond))
+			kept, err := c.Lock(ctx, "kept", lock.WithWatchdog(redlockLease))
 			if err != nil {
 				t.Fatal(err)
 			}
 
-			var holders, done atomic.Int32
+			// Ten goroutines take turns until half acquisitions were made
+			// before the kill of node 2 and half after it. The goroutine
+			// that makes the last acquisition before the kill kills the
+			// node while the others keep trying; every goroutine stops on
+			// its own, so a failed one cannot hang the test.
+			const goroutines, half = 10, 50
+			var holders, before, after atomic.Int32
+			var killed atomic.Bool
 			fence := &vectorFence{}
 			var wg sync.WaitGroup
-			const goroutines, rounds = 10, 10
-			killed := make(chan struct{})
 			for range goroutines {
 				wg.Go(func() {
-					for range rounds {
-						l, err := c.Lock(ctx, "hot", lock.WithTTL(5*time.Second))
+					for after.Load() < half {
+						l, err := c.Lock(ctx, "hot", lock.WithTTL(redlockLease))
 						if err != nil {
 							t.Error(err)
 							return
@@ -104,35 +115,36 @@ func TestRedlock(t *testing.T) {
 							t.Errorf("%d holders at once", n)
 						}
 						if !fence.accept(l.Tokens()) {
-							t.Errorf("vector fence refused a fresh holder: %v, seen %v", l.Tokens(), fence.seen)
+							t.Errorf("vector fence refused a fresh holder: %v", l.Tokens())
 						}
 						time.Sleep(2 * time.Millisecond)
 						holders.Add(-1)
 						if err := l.Unlock(ctx); err != nil {
 							t.Error(err)
 						}
-						if done.Add(1) == goroutines*rounds/2 {
+						if killed.Load() {
+							after.Add(1)
+						} else if before.Add(1) == half {
 							servers[2].Kill()
-							close(killed)
+							killed.Store(true)
 						}
 					}
 				})
 			}
 			wg.Wait()
-			<-killed
-			if n := done.Load(); n != goroutines*rounds {
-				t.Fatalf("%d acquisitions, want %d", n, goroutines*rounds)
+			if b, a := before.Load(), after.Load(); b < half || a < half {
+				t.Fatalf("%d acquisitions before the kill and %d after, want %d and %d", b, a, half, half)
 			}
 
 			// a stale holder: its lease ran out, someone else took the lock
-			stale, err := c.TryLock(ctx, "stale", lock.WithTTL(100*time.Millisecond))
+			stale, err := c.TryLock(ctx, "stale", lock.WithTTL(redlockLease))
 			if err != nil {
 				t.Fatal(err)
 			}
 			staleFence := &vectorFence{}
 			staleFence.accept(stale.Tokens())
-			time.Sleep(150 * time.Millisecond)
-			fresh, err := c.TryLock(ctx, "stale")
+			<-stale.Done() // the lease ran out; Lock waits for the nodes to agree
+			fresh, err := c.Lock(ctx, "stale")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,7 +169,7 @@ func TestRedlock(t *testing.T) {
 			// partial acquisition on the live nodes is undone
 			servers[0].Kill()
 			servers[4].Kill()
-			_, err = c.TryLock(ctx, "noquorum", lock.WithTTL(time.Second))
+			_, err = c.TryLock(ctx, "noquorum", lock.WithTTL(redlockLease))
 			var qe *lock.QuorumError
 			if !errors.As(err, &qe) || qe.OK != 2 || qe.Quorum != 3 || errors.Is(err, lock.ErrNotObtained) {
 				t.Fatalf("got %v, want a QuorumError with 2 of 3 and no ErrNotObtained", err)
@@ -168,12 +180,14 @@ func TestRedlock(t *testing.T) {
 					t.Errorf("node %d still holds the failed acquisition", i)
 				}
 			}
+			// the renewals fail from now on: the lease runs out within
+			// redlockLease of the last one that succeeded
 			select {
 			case <-kept.Done():
 				if cause := context.Cause(kept.Context()); !errors.Is(cause, lock.ErrLost) {
 					t.Errorf("cause %v, want ErrLost", cause)
 				}
-			case <-time.After(2 * time.Second):
+			case <-time.After(redlockLease + 2*time.Second):
 				t.Error("no lost signal with 3 of 5 nodes down")
 			}
 		})
@@ -187,8 +201,18 @@ func TestRedlockContention(t *testing.T) {
 	for range 3 {
 		nodes = append(nodes, redlockDial["rueidis"](t, testenv.StartRedis(t).Addr))
 	}
+	taken := make(chan struct{}, 2) // c2's attempts that found the lock taken
 	c1 := lock.NewRedlock(nodes)
-	c2 := lock.NewRedlock(nodes)
+	c2 := lock.NewRedlock(nodes, lock.WithHooks(lock.Hooks{
+		Attempt: func(_ string, _ time.Duration, err error) {
+			if errors.Is(err, lock.ErrNotObtained) {
+				select {
+				case taken <- struct{}{}:
+				default:
+				}
+			}
+		},
+	}))
 	t.Cleanup(func() { c1.Close(); c2.Close() })
 	ctx := ctxTimeout(t, 20*time.Second)
 	l, err := c1.TryLock(ctx, "x")
@@ -198,6 +222,7 @@ func TestRedlockContention(t *testing.T) {
 	if _, err := c2.TryLock(ctx, "x"); !errors.Is(err, lock.ErrNotObtained) {
 		t.Fatalf("got %v, want ErrNotObtained", err)
 	}
+	<-taken
 	got := make(chan error)
 	go func() {
 		l2, err := c2.Lock(ctx, "x", lock.WithRetry(lock.LinearBackoff(10*time.Second)))
@@ -206,7 +231,7 @@ func TestRedlockContention(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	<-taken // the waiter found it taken: only the release can wake it in time
 	l.Unlock(ctx)
 	select {
 	case err := <-got:
@@ -216,4 +241,56 @@ func TestRedlockContention(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("the Redlock waiter was not woken by the release")
 	}
+}
+
+// TestRedlockReleaseBareQuorum: a lock taken on a bare quorum (3 of 5, as
+// a split vote under contention leaves it), one node of which then fails,
+// is released: the two other holders release it and the two nodes that
+// never held it say so, so no quorum can hold it whatever the failed node
+// holds. Unlock reports success, and another client takes the lock.
+func TestRedlockReleaseBareQuorum(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	prefix := testenv.Prefix(t) + ":"
+	var nodes []*counting
+	var rs []lock.Redis
+	for db := range 5 {
+		c := redis.NewClient(&redis.Options{Addr: addr, DB: db, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		n := &counting{Redis: goredis.New(c)}
+		nodes = append(nodes, n)
+		rs = append(rs, n)
+	}
+	c1 := lock.NewRedlock(rs, lock.WithPrefix(prefix))
+	c2 := lock.NewRedlock(rs, lock.WithPrefix(prefix))
+	t.Cleanup(func() { c1.Close(); c2.Close() })
+	ctx := ctxTimeout(t, 20*time.Second)
+
+	nodes[3].fail.Store(true)
+	nodes[4].fail.Store(true)
+	l, err := c1.TryLock(ctx, "bare", lock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := l.Tokens(); tok[0] == 0 || tok[1] == 0 || tok[2] == 0 || tok[3] != 0 || tok[4] != 0 {
+		t.Fatalf("tokens %v, want the lock on nodes 0, 1 and 2", tok)
+	}
+	nodes[3].fail.Store(false)
+	nodes[4].fail.Store(false)
+	nodes[2].fail.Store(true)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with 4 of 5 nodes up: %v", err)
+	}
+	nodes[2].fail.Store(false)
+	// node 2 still holds its part, until its lease ends: a minority
+	l2, err := c2.TryLock(ctx, "bare")
+	if err != nil {
+		t.Fatalf("after the release: %v", err)
+	}
+	if tok := l2.Tokens(); tok[2] != 0 {
+		t.Errorf("tokens %v: node 2 should still hold the first lock", tok)
+	}
+	l2.Unlock(ctx)
+	raw := redis.NewClient(&redis.Options{Addr: addr, DB: 2})
+	defer raw.Close()
+	raw.Del(ctx, prefix+"{bare}", prefix+"{bare}:fence")
 }

@@ -21,14 +21,14 @@ import (
 func TestScriptsExactAt2p53(t *testing.T) {
 	for _, srv := range []struct {
 		name string
-		addr func() string
+		addr func(t *testing.T) string
 	}{
-		{"redis", func() string { return testenv.RedisAddr(t) }},
-		{"miniredis", func() string { return miniredis.RunT(t).Addr() }},
+		{"redis", func(t *testing.T) string { return testenv.RedisAddr(t) }},
+		{"miniredis", func(t *testing.T) string { return miniredis.RunT(t).Addr() }},
 	} {
 		t.Run(srv.name, func(t *testing.T) {
 			ctx := context.Background()
-			rdb := redis.NewClient(&redis.Options{Addr: srv.addr()})
+			rdb := redis.NewClient(&redis.Options{Addr: srv.addr(t)})
 			defer rdb.Close()
 			k := KeysFor(testenv.Prefix(t), 1)
 			starts := time.Now().Add(-time.Minute).UnixMilli()

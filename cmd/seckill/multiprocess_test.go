@@ -22,12 +22,13 @@ import (
 	"github.com/seckilldev/seckill/stock"
 )
 
-// buildBinary compiles cmd/seckill once per test run.
+// buildBinary compiles cmd/seckill once per test run, into binDir.
 var buildBinary = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "seckill-bin")
 	if err != nil {
 		return "", err
 	}
+	binDir = dir
 	bin := filepath.Join(dir, "seckill")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	if err != nil {
@@ -35,6 +36,18 @@ var buildBinary = sync.OnceValues(func() (string, error) {
 	}
 	return bin, nil
 })
+
+// binDir holds the binary (35 MB) once a test built it; TestMain removes it
+// after the last test.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
 
 // proc is a seckill process started by a test.
 type proc struct {

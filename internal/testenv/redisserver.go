@@ -30,9 +30,7 @@ type RedisServer struct {
 // stops it when the test ends.
 func StartRedis(t testing.TB, args ...string) *RedisServer {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		Missing(t, "redis-server binary: %v", err)
-	}
+	NeedBinary(t, "redis-server")
 	port := FreePort(t)
 	if slices.Contains(args, "--cluster-enabled") {
 		port = freeClusterPort(t)
@@ -60,7 +58,7 @@ func (s *RedisServer) Start() error {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := pingRedis(s.Addr)
+		err := PingRedis(s.Addr)
 		if err == nil {
 			return nil
 		}
@@ -95,9 +93,7 @@ func (s *RedisServer) Signal(sig os.Signal) error {
 // and returns the servers. Any one address reaches the whole cluster.
 func StartCluster(t testing.TB, n int) []*RedisServer {
 	t.Helper()
-	if _, err := exec.LookPath("redis-cli"); err != nil {
-		Missing(t, "redis-cli binary: %v", err)
-	}
+	NeedBinary(t, "redis-cli")
 	nodes := make([]*RedisServer, n)
 	addrs := make([]string, n)
 	for i := range nodes {
@@ -125,6 +121,15 @@ func StartCluster(t testing.TB, n int) []*RedisServer {
 		}
 	}
 	return nodes
+}
+
+// NeedBinary skips t (fails it when CI=true) when the program name, a
+// server or its client, is not on PATH: a missing binary is a missing server.
+func NeedBinary(t testing.TB, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		Missing(t, "%s binary: %v", name, err)
+	}
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.

@@ -26,6 +26,7 @@ type Sentinel struct {
 // replica is in sync, and returns both.
 func StartReplicated(t testing.TB) (master, replica *RedisServer) {
 	t.Helper()
+	NeedBinary(t, "redis-cli")
 	master = StartRedis(t)
 	replica = StartRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
 	deadline := time.Now().Add(20 * time.Second)
@@ -47,9 +48,8 @@ func StartReplicated(t testing.TB) (master, replica *RedisServer) {
 // replicas, and stops it when the test ends.
 func StartSentinel(t testing.TB, master *RedisServer, replicas int) *Sentinel {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		Missing(t, "redis-server binary: %v", err)
-	}
+	NeedBinary(t, "redis-server")
+	NeedBinary(t, "redis-cli")
 	port := FreePort(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")

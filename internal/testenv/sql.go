@@ -53,6 +53,30 @@ func MySQLURL(t testing.TB) string {
 	return u.String()
 }
 
+// PingPostgres connects to the PostgreSQL database at rawURL.
+func PingPostgres(rawURL string) error {
+	db, err := sql.Open("pgx", rawURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return pingDB(db)
+}
+
+// PingMySQL connects to the MySQL database at a mysql:// URL.
+func PingMySQL(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return err
+	}
+	db, err := sql.Open("mysql", mysqlDSN(u))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return pingDB(db)
+}
+
 // mysqlDSN turns mysql://user:pass@host:port/db into the driver's DSN.
 func mysqlDSN(u *url.URL) string {
 	dsn := ""

@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -28,14 +29,66 @@ const (
 	DefaultMySQL    = "mysql://root@127.0.0.1:3306/test"
 )
 
+// MissingHint ends the message of everything skipped for want of a server;
+// internal/testall counts those skips by it.
+const MissingHint = "(set CI=true to make this a failure)"
+
 // Missing skips t, or fails it when CI=true: in CI every server must be up.
 func Missing(t testing.TB, format string, args ...any) {
 	t.Helper()
 	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("CI") == "true" {
+	if inCI() {
 		t.Fatalf("required server missing in CI: %s", msg)
 	}
-	t.Skipf("skipping: %s (set CI=true to make this a failure)", msg)
+	t.Skipf("skipping: %s %s", msg, MissingHint)
+}
+
+func inCI() bool { return os.Getenv("CI") == "true" }
+
+// RunExamplesNeeding runs m for the TestMain of a package whose runnable
+// examples need a server (what names it, err is why it cannot be reached,
+// nil when it answers). An example cannot skip itself: without the server
+// the examples are left out of the run, as with -skip '^Example', with a
+// message in the form of Missing's; when CI=true the run fails. It returns
+// the exit code for os.Exit.
+func RunExamplesNeeding(m *testing.M, what string, err error) int {
+	if err == nil {
+		return m.Run()
+	}
+	flag.Parse()
+	skip := "^Example"
+	if s := flag.Lookup("test.skip").Value.String(); s != "" {
+		skip += "|" + s
+	}
+	if err := flag.Set("test.skip", skip); err != nil {
+		panic(err)
+	}
+	msg := fmt.Sprintf("%s: %v", what, err)
+	if inCI() {
+		fmt.Printf("FAIL: examples not run: required server missing in CI: %s\n", msg)
+		m.Run()
+		return 1
+	}
+	fmt.Printf("skipping: the examples: %s %s\n", msg, MissingHint)
+	return m.Run()
+}
+
+// A Server is one of the machine's servers the tests share.
+type Server struct {
+	Name string             // redis, postgres or mysql
+	Env  string             // the variable that overrides Addr
+	Addr string             // where the tests look for it: an address or URL
+	Ping func(string) error // reaches the server at an address like Addr
+}
+
+// Servers lists the shared servers, with the environment's overrides
+// applied.
+func Servers() []Server {
+	return []Server{
+		{"redis", "SECKILL_TEST_REDIS", env("SECKILL_TEST_REDIS", DefaultRedis), PingRedis},
+		{"postgres", "SECKILL_TEST_POSTGRES", env("SECKILL_TEST_POSTGRES", DefaultPostgres), PingPostgres},
+		{"mysql", "SECKILL_TEST_MYSQL", env("SECKILL_TEST_MYSQL", DefaultMySQL), PingMySQL},
+	}
 }
 
 func env(name, def string) string {
@@ -50,7 +103,7 @@ func env(name, def string) string {
 func RedisAddr(t testing.TB) string {
 	t.Helper()
 	addr := env("SECKILL_TEST_REDIS", DefaultRedis)
-	if err := pingRedis(addr); err != nil {
+	if err := PingRedis(addr); err != nil {
 		Missing(t, "redis at %s: %v", addr, err)
 	}
 	return addr
@@ -70,9 +123,9 @@ func RandHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// pingRedis speaks just enough RESP to know a Redis is there, so that this
+// PingRedis speaks just enough RESP to know a Redis is at addr, so that this
 // package does not pick a client library for its users.
-func pingRedis(addr string) error {
+func PingRedis(addr string) error {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return err

@@ -1,24 +1,22 @@
 package bench
 
 import (
-	"cmp"
 	"context"
-	"os"
 	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/seckilldev/seckill/internal/testenv"
 )
 
 // The benchmarks need the Redis at SECKILL_TEST_REDIS (default
-// 127.0.0.1:6379). They run every locker with 64 goroutines
-// (b.SetParallelism over GOMAXPROCS); compare their ns/op in one run, or use
-// cmd/lockbench, which alternates the lockers and prints ratios.
-func addr() string { return cmp.Or(os.Getenv("SECKILL_TEST_REDIS"), "127.0.0.1:6379") }
-
+// 127.0.0.1:6379), and skip without it. They run every locker with 64
+// goroutines (b.SetParallelism over GOMAXPROCS); compare their ns/op in one
+// run, or use cmd/lockbench, which alternates the lockers and prints ratios.
 func newLocker(b *testing.B, name string) *Locker {
-	l, err := New(name, addr(), "bench:"+strconv.FormatInt(time.Now().UnixNano(), 36)+":"+name+":", 64)
+	l, err := New(name, testenv.RedisAddr(b), "bench:"+strconv.FormatInt(time.Now().UnixNano(), 36)+":"+name+":", 64)
 	if err != nil {
 		b.Fatal(err)
 	}
