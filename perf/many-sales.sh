@@ -23,7 +23,14 @@ port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));pri
 if [ -n "${CLUSTER:-}" ]; then
   addrs=()
   for i in 1 2 3; do
-    p=$(port); mkdir -p $T/c$p
+    # a cluster node also listens on its port + 10000: keep both free and valid
+    p=$(python3 -c 'import socket,random
+while True:
+  p=random.randint(20000,50000)
+  try:
+    for q in (p,p+10000): s=socket.socket(); s.bind(("127.0.0.1",q)); s.close()
+    print(p); break
+  except OSError: pass'); mkdir -p $T/c$p
     redis-server --port $p --bind 127.0.0.1 --cluster-enabled yes --cluster-config-file $T/c$p/nodes.conf \
       --save "" --appendonly no --dir $T/c$p >$T/c$p/log 2>&1 & pids+=($!)
     addrs+=(127.0.0.1:$p)
