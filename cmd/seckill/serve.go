@@ -134,8 +134,10 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 
 	// background work stops when bgCtx ends, after the HTTP server drained.
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBG()
 	var wg sync.WaitGroup
+	// On an early return too, the background work ends before the
+	// backends it uses are closed.
+	defer func() { stopBG(); wg.Wait() }()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
