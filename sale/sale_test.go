@@ -124,20 +124,6 @@ func value(c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// waitFor polls cond until it holds, failing t after a generous deadline
-// (a liveness bound, not a timing assertion). It returns the time taken.
-func waitFor(t *testing.T, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > 30*time.Second {
-			t.Fatalf("%s: not reached in 30s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // TestOrderLookupManyActivities: with 300 live sales in Redis, looking up
 // an order costs at most one Redis command and two reads of the database
 // by primary key (three with the activity, read once per instance),
@@ -232,7 +218,7 @@ func TestSoldOutBuyerToldOrder(t *testing.T) {
 		if _, err := in.grab(t, act.ID, 100); !errors.Is(err, stock.ErrSoldOut) {
 			t.Fatalf("a non-buyer's grab after the sell-out: %v, want sold out", err)
 		}
-		waitFor(t, "buyer snapshot taken", func() bool { return value(in.metrics.Snapshots) == 1 })
+		testenv.WaitFor(t, "buyer snapshot taken", func() bool { return value(in.metrics.Snapshots) == 1 })
 	}
 
 	for uid := int64(1); uid <= 3; uid++ {
@@ -263,7 +249,7 @@ func TestSoldOutBuyerToldOrder(t *testing.T) {
 		t.Fatalf("compensate: %v %v", done, err)
 	}
 	var again int64
-	took := waitFor(t, "B sees the unit come back", func() bool {
+	took := testenv.WaitFor(t, "B sees the unit come back", func() bool {
 		g, err := b.grab(t, act.ID, 3)
 		if err == nil && g.OrderID == orders[3] {
 			return false // still the snapshot
@@ -278,7 +264,7 @@ func TestSoldOutBuyerToldOrder(t *testing.T) {
 	if o, err := b.svc.Order(ctx, orders[3], 3); err != nil || o.Status != seckill.OrderFailed {
 		t.Errorf("the failed order: %+v %v, want failed", o, err)
 	}
-	took = waitFor(t, "C (recheck) drops its snapshot", func() bool {
+	took = testenv.WaitFor(t, "C (recheck) drops its snapshot", func() bool {
 		g, err := c.grab(t, act.ID, 3)
 		return err == nil && g.OrderID == again
 	})
@@ -347,7 +333,7 @@ func TestIDsContinueAfterRedisLoss(t *testing.T) {
 		t.Fatalf("grab of a lost activity: %v, want unavailable while it is rebuilt", err)
 	}
 	var g sale.Grabbed
-	waitFor(t, "activity rebuilt", func() bool {
+	testenv.WaitFor(t, "activity rebuilt", func() bool {
 		var err error
 		g, err = b.grab(t, act.ID, 4)
 		return err == nil

@@ -549,11 +549,11 @@ func TestCombinersEnd(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	waitFor(t, "combiner goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= before+2 })
+	testenv.WaitFor(t, "combiner goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= before+2 })
 	if res := grab(t, e, 7, 2); !res.New {
 		t.Errorf("grab after the combiner ended: %+v", res)
 	}
-	waitFor(t, "the restarted combiner ends again", func() bool { return runtime.NumGoroutine() <= before+2 })
+	testenv.WaitFor(t, "the restarted combiner ends again", func() bool { return runtime.NumGoroutine() <= before+2 })
 }
 
 // TestCombinerRestartRace: with an idle time so short that combiners end
@@ -579,21 +579,8 @@ func TestCombinerRestartRace(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "every grab answered", func() bool { return answered.Load() == 8*150 })
+	testenv.WaitFor(t, "every grab answered", func() bool { return answered.Load() == 8*150 })
 	wg.Wait()
-}
-
-// waitFor polls cond until it holds, failing t after a generous deadline
-// (a liveness bound, not a timing assertion).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached in 30s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // ExampleEntryID: an order's stream entry follows from its id.

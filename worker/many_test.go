@@ -102,17 +102,6 @@ func start(t *testing.T, w *Worker) (stop func()) {
 	return stop
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached in 30s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func (s *sales) written(t *testing.T, oid int64) bool {
 	_, err := s.store.Order(context.Background(), oid)
 	if err != nil && seckill.ErrorCode(err) != seckill.ENOTFOUND {
@@ -133,7 +122,7 @@ func TestManyActivities(t *testing.T) {
 
 	// Settled: every stream was read once and went cold.
 	var last int64 = -1
-	waitFor(t, "worker idle", func() bool {
+	testenv.WaitFor(t, "worker idle", func() bool {
 		now := s.commands.N()
 		settled := now == last && now >= 3*n
 		last = now
@@ -161,7 +150,7 @@ func TestManyActivities(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, fmt.Sprintf("order on activity %d written", a.ID), func() bool { return s.written(t, r.OrderID) })
+		testenv.WaitFor(t, fmt.Sprintf("order on activity %d written", a.ID), func() bool { return s.written(t, r.OrderID) })
 	}
 	// Busy, many at once: every activity gets an order.
 	var ids []int64
@@ -172,7 +161,7 @@ func TestManyActivities(t *testing.T) {
 		}
 		ids = append(ids, r.OrderID)
 	}
-	waitFor(t, "every order written", func() bool {
+	testenv.WaitFor(t, "every order written", func() bool {
 		for _, id := range ids {
 			if !s.written(t, id) {
 				return false
@@ -181,7 +170,7 @@ func TestManyActivities(t *testing.T) {
 		return true
 	})
 	// The grabs started the API engine's combiners too: they stop when idle.
-	waitFor(t, "goroutines back to a small bound after the busy round", func() bool {
+	testenv.WaitFor(t, "goroutines back to a small bound after the busy round", func() bool {
 		return runtime.NumGoroutine()-before <= 30
 	})
 }
@@ -201,7 +190,7 @@ func TestLostWakeup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "order written by the poll", func() bool { return s.written(t, r.OrderID) })
+	testenv.WaitFor(t, "order written by the poll", func() bool { return s.written(t, r.OrderID) })
 }
 
 // TestDrain: when Run's ctx ends right after a burst of orders, Run returns
@@ -279,7 +268,7 @@ func TestRetire(t *testing.T) {
 		if keys := s.keys(t); keys == 0 {
 			t.Fatal("no keys before the end")
 		}
-		waitFor(t, fmt.Sprintf("wave %d retired", wave), func() bool { return s.keys(t) == 0 })
+		testenv.WaitFor(t, fmt.Sprintf("wave %d retired", wave), func() bool { return s.keys(t) == 0 })
 		if keys, err := admin.DBSize(ctx).Result(); err != nil || keys != 0 {
 			t.Errorf("redis holds %d keys after wave %d retired (%v), want 0", keys, wave, err)
 		}

@@ -166,3 +166,17 @@ func freshDatabase(t testing.TB, admin *sql.DB, quote func(string) string) strin
 	})
 	return name
 }
+
+// WaitFor polls cond until it holds and returns the time it took, failing t
+// after 30 s: a liveness bound for a loaded machine, not a timing assertion.
+func WaitFor(t testing.TB, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("%s: not reached in 30s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
