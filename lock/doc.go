@@ -1,61 +1,80 @@
-// Package lock is a distributed lock on Redis: one lock per name, held by one
-// holder at a time, with a lease, a watchdog that renews it, a signal when
-// it is lost, and a fencing token that lets the protected resource refuse a
-// holder whose lock has gone.
+// Package lock is a distributed lock on Redis: mutexes (reentrant or not),
+// semaphores and read-write locks, each hold with a lease, a watchdog that
+// renews it, a signal when it is lost, and a fencing token that lets the
+// protected resource refuse a holder whose lock has gone.
 //
 // # Use
 //
-//	locks := lock.New(goredis.New(rdb))           // or rueidis.New(client)
+//	locks := lock.New(goredis.New(rdb))           // or rueidislock.New(client)
 //	l, err := locks.Lock(ctx, "activity:42")      // waits until ctx ends
 //	if err != nil { ... }                         // errors.Is(err, lock.ErrNotObtained)
 //	defer l.Unlock(ctx)
-//	doWork(l.Context(), l.Token())                // stop when l.Context() ends
+//	doWork(l.Context(), l.Token())                // stop when l.Context() ends; fence with the token
 //
-// TryLock does not wait. A Client is safe for concurrent use; make one per
-// Redis and share it.
+// TryLock does not wait. Client.Semaphore and Client.RWLock give the other
+// kinds; their holds are Locks too. A Client is safe for concurrent use;
+// make one per Redis and share it. This module has no dependencies: the
+// adapters (modules lock/goredis, lock/rueidislock) bring the client.
 //
 // # Leases
 //
-// Every lock has a lease: Redis deletes it when the lease runs out, so a
+// Every hold has a lease: Redis deletes it when the lease runs out, so a
 // crashed holder blocks others for one lease at most. By default a watchdog
 // renews a 30 s lease every 10 s while the lock is held (WithWatchdog sets
 // the lease). WithTTL gives a fixed lease instead, moved only by Extend.
 // The watchdog stops before Unlock releases the lock, so no renewal ever
-// follows a release; it also stops when the lock is lost and when the Client
-// is closed.
+// follows a release; it also stops when the lock is lost and when the
+// Client is closed. Each hold has its own lease: no hold (a reentrant
+// owner's nested one, another permit, another reader) shortens another's.
 //
-// Lock.Context ends the moment the lock is known lost, with cause ErrLost:
+// Lock.Context ends the moment the hold is known lost, with cause ErrLost:
 // a renewal was refused (the key expired, was deleted or taken over), or no
 // renewal succeeded within the lease (Redis unreachable), or a fixed lease
 // ran out. Work done under the lock must watch it.
 //
 // # Waiting
 //
-// Lock waits without polling. The releasing client tells waiters: within a
-// client, Unlock hands the lock straight to the next waiter (one round trip,
-// the lock never free) as long as no other client waits; otherwise the
-// release publishes a message on a channel named like the lock key, and the
-// first waiter of each client tries again. One pattern subscription per
-// client carries the messages of all its locks. A jittered poll (see
-// WithRetry and DefaultRetry) covers a lost message and a holder that died;
-// it never sleeps much past the end of the holder's lease.
+// Waiters wait in line in Redis, whichever process they are in, and are
+// given the lock in arrival order by the release (or by whoever finds the
+// lock free: a holder that died), without the lock ever being free in
+// between. (A client that releases a plain mutex passes it to its own first
+// waiter up to 8 times in a row before the head of the line gets it: waking
+// a goroutine of a running process is quicker than waking another process.) The waiter's client learns it from one message on a channel of
+// its own; no other waiter wakes up. A contended lock thus costs about two
+// round trips per acquisition: one to join the line, one to release. A
+// waiter refreshes its place while it waits; one that is gone (it stopped
+// refreshing) is skipped after three refresh periods (10 s at most).
 //
 // # Keys
 //
-// A lock named n lives at prefix+"{n}" (a string, or a hash for reentrant
-// locks and locks with metadata); its fence counter at prefix+"{n}:fence".
-// A name that carries its own hash tag keeps it ("stock:{a42}:lock" becomes
+// A lock named n lives at prefix+"{n}" (a string for a plain mutex, a hash
+// otherwise); its fence counter at prefix+"{n}:fence", its line at
+// prefix+"{n}:q" and prefix+"{n}:w" while someone waits. A name that
+// carries its own hash tag keeps it ("stock:{a42}:lock" becomes
 // prefix+"stock:{a42}:lock"), so all keys of a lock share a Redis Cluster
-// slot. The default prefix is "lock:".
+// slot. The default prefix is "lock:". A name is one lock: a mutex, a
+// semaphore and a read-write lock cannot share it (ErrKind).
 //
 // # Fencing tokens
 //
 // Every acquisition returns a token (Lock.Token) larger than that of every
-// earlier holder of the name. Pass it with each write to the protected
-// resource, and let the resource refuse a token below the largest it has
-// seen: in SQL, "UPDATE ... SET fence = $t WHERE id = $id AND fence <= $t".
-// That is what keeps the data safe when the lock is not: a holder that
-// paused past its lease writes with a stale token and is refused.
+// earlier holder of the name. The protected resource keeps the largest token
+// it has seen and refuses a lower one; a holder that paused past its lease
+// is refused instead of overwriting a newer holder's work.
+//
+// The rule: the resource must check (and record) the token on every access
+// that the holder's decision depends on, reads included. Fencing only the
+// write is not enough for a read-modify-write: a holder reads, pauses, a
+// newer holder reads the same value, the old holder writes (its token is
+// still the largest the resource has seen), the newer one writes, and one
+// update is lost. When the read records the token, the newer holder's read
+// refuses the old holder's write. In SQL, with a fence column next to the
+// data:
+//
+//	UPDATE stock SET fence = $1 WHERE id = $2 AND fence <= $1 RETURNING qty  -- read (PostgreSQL, SQLite)
+//	UPDATE stock SET qty = $3, fence = $1 WHERE id = $2 AND fence <= $1       -- write: 0 rows = refused
+//
+// For data in Redis, FenceLua gives scripts the same check.
 //
 // The token comes from a counter next to the lock, incremented by the
 // acquire script. A missing counter is started one second ahead of the Redis
@@ -73,7 +92,8 @@
 //
 // They can go back if the Redis clock is set back, or a replica promoted with
 // a clock that lags, by more than those margins. A reentrant acquisition
-// shares the token of the hold it joins.
+// shares the token of the hold it joins. A semaphore permit's token grows per
+// slot (Lock.Slot), so a resource fences permits per slot.
 //
 // With Redlock every node counts on its own, so one number cannot order the
 // holders; Lock.Tokens gives the token of each node, and a resource can fence
@@ -83,10 +103,11 @@
 // # Guarantees
 //
 // While Redis keeps its data and its clock, and the holder's process runs
-// and can reach Redis: at most one holder at a time; a lock that is not
-// released is free again within one lease; a holder learns of the loss of
-// its lock within a third of its lease (watchdog), or at its end (fixed
-// lease). These are the guarantees of a lease, and they do not survive:
+// and can reach Redis: at most one holder at a time (permits of a
+// semaphore, one writer or only readers); a hold that is not released ends
+// within its lease; a holder learns of the loss of its hold within a third
+// of its lease (watchdog), or at its end (fixed lease). These are the
+// guarantees of a lease, and they do not survive:
 //
 //   - a process pause (GC, swapped or stopped VM) longer than the remaining
 //     lease: the holder wakes up believing it holds a lock someone else
@@ -106,18 +127,26 @@
 // check at the resource, or a consensus store (etcd, ZooKeeper). Redlock
 // (NewRedlock) survives the loss of a minority of nodes, but not process
 // pauses or clock jumps; it relies on bounded clock drift (1% of the lease
-// plus 2 ms is subtracted from the validity).
+// plus 2 ms is subtracted from the validity), and on nodes that keep their
+// data across a restart (see NewRedlock).
 //
 // # Clients
 //
-// The package depends on the small Redis interface only. Package goredis
-// adapts go-redis v9 (standalone, Sentinel failover, Cluster); package
-// rueidis adapts rueidis, whose pipelining makes it the fastest. Scripts are
-// sent by SHA1, and by source once after a NOSCRIPT error (a restart, a
-// failover, a new Cluster node).
+// The package depends on the small Redis interface only. The module
+// lock/goredis adapts go-redis v9 (standalone, Sentinel failover, Cluster);
+// lock/rueidislock adapts rueidis, whose pipelining makes it the fastest.
+// Scripts are sent by SHA1, and by source once after a NOSCRIPT error (a
+// restart, a failover, a new Cluster node). They also run on miniredis.
+//
+// # Inspection
+//
+// Client.Inspect describes a lock whoever holds it (kind, holds with their
+// tokens, leases, owners and metadata, waiters); Client.IsLocked is short
+// for it; Client.ForceUnlock removes every hold, gives the lock to the line
+// and returns what it removed.
 //
 // # Metrics
 //
 // WithHooks reports attempts (with contention), waits, renewals, losses and
-// releases; package lockprom turns them into Prometheus metrics.
+// releases; the module lock/lockprom turns them into Prometheus metrics.
 package lock

@@ -25,7 +25,24 @@ var (
 	// ErrClosed is returned once the Client is closed, and is the cause of the
 	// contexts of the locks it still held.
 	ErrClosed = errors.New("lock: client closed")
+
+	// ErrKind means the name is held by a lock of another kind (a mutex, a
+	// semaphore, a read-write lock), or by a semaphore with another number
+	// of permits: a name is one lock. Errors matching it also match
+	// ErrNotObtained.
+	ErrKind = errors.New("lock: the name is held by another kind of lock")
+
+	// ErrOption is matched by the error of an acquisition given options
+	// that conflict (WithTTL and WithWatchdog) or do not apply (WithReentrant
+	// for a semaphore), and of a semaphore or read-write lock on Redlock.
+	ErrOption = errors.New("lock: bad option")
 )
+
+// errKind is the error of an acquisition of l that found the name held by
+// another kind of lock.
+func errKind(l *Lock) error {
+	return fmt.Errorf("%w: %w (%s)", ErrNotObtained, ErrKind, l.name)
+}
 
 // NodeError is the failure of one Redis node in a Redlock operation.
 type NodeError struct {

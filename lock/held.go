@@ -2,66 +2,48 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 )
 
-// Lock is a held lock. Its methods are safe for concurrent use.
+// Lock is a held lock: a hold of a mutex, a semaphore permit, or a read or
+// write hold of a read-write lock. Its methods are safe for concurrent use.
 type Lock struct {
 	c    *Client
 	name string
-	rkey string // the lock
-	fkey string // fence counter
-	tok  string // hold token: this acquisition and no other
+	spec string    // what the hold is (see scripts/lib.lua)
+	keys [4]string // the lock, fence counter, waiters, waiters' requests
+	tok  string    // hold token: this acquisition and no other
 	lockConfig
 	leaseArg string    // lease in ms, for the scripts
 	token    int64     // fencing token
 	tokens   []int64   // Redlock: the token of each node, 0 where not acquired
+	slot     int       // semaphore permit: its slot
 	acquired time.Time // when the last acquire request was sent
-	kv       [7]string // keys and arguments of the acquire script
+	kv       [8]string // arguments of the acquire script
 
 	mu         sync.Mutex
-	validUntil time.Time   // the lease surely still runs before this
-	timer      *time.Timer // the watchdog's next renewal
-	deadline   *time.Timer // the lease's end; under a watchdog, made by the first renewal
-	lastErr    error       // of the last failed renewal
-	stopped    bool        // no more renewals: Unlock was called, or the lock was lost
-	released   bool        // Unlock got its answer: later Unlocks stay local
-	cause      error       // why the context ended, nil while it runs
+	renewLease time.Duration // the watchdog's lease: lease, until Extend sets it
+	validUntil time.Time     // the lease surely still runs before this
+	timer      *time.Timer   // the watchdog's next renewal
+	deadline   *time.Timer   // the lease's end; under a watchdog, made by the first renewal
+	lastErr    error         // of the last failed renewal
+	stopped    bool          // no more renewals: Unlock was called, or the lock was lost
+	released   bool          // Unlock got its answer: later Unlocks stay local
+	cause      error         // why the context ended, nil while it runs
 	ctx        context.Context
 	cancel     context.CancelCauseFunc
-}
-
-// A plain lock is a string in Redis; a reentrant lock, or one with
-// metadata, a hash (see scripts/acquire.lua).
-func (l *Lock) isHash() bool { return l.owner != "" || l.metadata != "" }
-
-// kindArg is the kind argument of the acquire script (see acquire.lua).
-func (l *Lock) kindArg() string {
-	switch {
-	case l.owner != "":
-		return "r:" + l.owner // never "-"
-	case l.metadata != "":
-		return "-"
-	}
-	return ""
-}
-
-// hashArg is the kind argument of the other scripts.
-func (l *Lock) hashArg() string {
-	if l.isHash() {
-		return "h"
-	}
-	return ""
 }
 
 // arm starts the watchdog, or the timer of a fixed lease's end.
 func (l *Lock) arm() {
 	l.mu.Lock()
+	l.renewLease = l.lease
 	if l.watchdog {
-		l.timer = time.AfterFunc(l.lease/3, l.renew)
+		// a third of the lease from its start, which for a waiter given the
+		// lock may be earlier than now
+		l.timer = time.AfterFunc(max(time.Until(l.validUntil)-l.lease*2/3, 0), l.renew)
 	} else {
 		l.deadline = time.AfterFunc(time.Until(l.validUntil), l.expire)
 	}
@@ -103,6 +85,12 @@ func (l *Lock) Tokens() []int64 {
 	}
 	return append([]int64(nil), l.tokens...)
 }
+
+// Slot returns the slot of a semaphore permit: a number below the
+// semaphore's permits, held by no other live permit. A resource fences
+// permits per slot: it keeps the largest token seen for each slot. It is 0
+// for other locks.
+func (l *Lock) Slot() int { return l.slot }
 
 // Metadata returns the metadata given with WithMetadata.
 func (l *Lock) Metadata() string { return l.metadata }
@@ -153,8 +141,6 @@ func (l *Lock) unlockAndReport(lost error) {
 	}
 }
 
-var errNoAnswer = errors.New("no answer from Redis")
-
 // renew is the watchdog: it runs every third of the lease while the lock is
 // held, and more often while renewals fail. The lease timer, not the
 // renewal, declares the lock lost when the lease runs out: a renewal may
@@ -165,7 +151,7 @@ func (l *Lock) renew() {
 		l.mu.Unlock()
 		return
 	}
-	deadline := l.validUntil
+	deadline, lease := l.validUntil, l.renewLease
 	if l.deadline == nil {
 		l.deadline = time.AfterFunc(time.Until(deadline), l.expire)
 	}
@@ -173,7 +159,7 @@ func (l *Lock) renew() {
 
 	ctx, cancel := context.WithDeadline(l.c.ctx, deadline)
 	start := time.Now()
-	st, err := l.c.extend(ctx, l, l.lease)
+	st, err := l.c.extend(ctx, l, lease)
 	cancel()
 	if h := l.c.hooks.Renew; h != nil {
 		h(l.name, time.Since(start), err)
@@ -187,15 +173,17 @@ func (l *Lock) renew() {
 	}
 	switch st {
 	case done:
-		l.validUntil = start.Add(l.lease - drift(l.lease))
-		l.deadline.Reset(time.Until(l.validUntil))
-		l.timer.Reset(l.lease / 3)
+		if lease == l.renewLease { // else Extend changed it meanwhile, and set both
+			l.validUntil = start.Add(lease - drift(lease))
+			l.deadline.Reset(time.Until(l.validUntil))
+			l.timer.Reset(lease / 3)
+		}
 	case refused:
 		lost = l.lose(fmt.Errorf("%w: renewal refused: the lock expired or was taken over", ErrLost))
 	default:
 		l.lastErr = err
 		if left := time.Until(l.validUntil); left > 0 {
-			l.timer.Reset(min(max(l.lease/10, 10*time.Millisecond), left))
+			l.timer.Reset(min(max(l.renewLease/10, 10*time.Millisecond), left))
 		}
 	}
 }
@@ -223,11 +211,15 @@ func (l *Lock) expire() {
 	}
 }
 
-// Extend sets the lease to ttl from now. For a lock with a fixed lease
-// (WithTTL) this moves its end; under a watchdog it renews at once, and the
-// watchdog goes on renewing with its own lease. It returns ErrNotHeld when
-// the lock is no longer held, in which case the lock is lost.
+// Extend sets this hold's lease to ttl (at least 10 ms) from now. With a
+// fixed lease (WithTTL) it moves the lease's end, earlier too. Under a
+// watchdog it renews at once and becomes the watchdog's lease: renewals go
+// on with ttl, every third of it. It never changes another hold's lease (a
+// reentrant owner's others, other permits, other readers). It returns
+// ErrNotHeld when the lock is no longer held, in which case the lock is
+// lost.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	ttl = max(ttl, minLease)
 	l.mu.Lock()
 	stopped := l.stopped
 	l.mu.Unlock()
@@ -250,6 +242,12 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		l.validUntil = start.Add(ttl - drift(ttl))
 		if l.deadline != nil {
 			l.deadline.Reset(time.Until(l.validUntil))
+		} else if !l.watchdog {
+			l.deadline = time.AfterFunc(time.Until(l.validUntil), l.expire)
+		}
+		if l.watchdog {
+			l.renewLease = ttl
+			l.timer.Reset(ttl / 3)
 		}
 		return nil
 	case refused:
@@ -259,16 +257,17 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	return err
 }
 
-// TTL returns the lease left on the server, or ErrNotHeld.
+// TTL returns the lease left on the server for this hold, or ErrNotHeld.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	return l.c.pttl(ctx, l)
 }
 
-// Unlock releases the lock: the watchdog stops first, so no renewal follows
-// the release, and the context ends. It returns ErrNotHeld when the lock was
-// no longer held; calling it again is harmless. On a Redis error the lock
-// may or may not be released; calling Unlock again retries, and the lock
-// expires within its lease in any case.
+// Unlock releases the hold: the watchdog stops first, so no renewal follows
+// the release, and the context ends. The release gives the lock to the
+// waiters in line. It returns ErrNotHeld when the lock was no longer held;
+// calling it again is harmless. On a Redis error the lock may or may not be
+// released; calling Unlock again retries, and the lock expires within its
+// lease in any case.
 func (l *Lock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	if l.released {
@@ -280,29 +279,14 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	l.end(context.Canceled)
 	l.mu.Unlock()
 
-	c := l.c
-	var next *waiter
-	var more bool
-	if len(c.nodes) == 1 && !l.isHash() {
-		next, more = c.waiters.claim(l.rkey)
-	}
-	var start time.Time
-	if next != nil {
-		start = time.Now()
-	}
-	st, token, err := c.release(ctx, l, next, more)
-	if h := c.hooks.Release; h != nil {
+	st, err := l.c.release(ctx, l)
+	if h := l.c.hooks.Release; h != nil {
 		h(l.name, time.Since(l.acquired), err)
 	}
 	if st != failed {
 		l.mu.Lock()
 		l.released = true
 		l.mu.Unlock()
-	}
-	if next != nil {
-		if abandoned := c.waiters.resolve(next, st == handed, token, start); abandoned != nil {
-			_ = abandoned.Unlock(context.WithoutCancel(ctx))
-		}
 	}
 	return err
 }

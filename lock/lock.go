@@ -17,17 +17,18 @@ import (
 // Client takes and releases locks on one Redis (New) or on a quorum of
 // independent Redis nodes (NewRedlock). It is safe for concurrent use.
 //
-// A client owns at most one pub/sub subscription per node, opened by the
-// first Lock that has to wait, through which every waiter of the process is
-// woken. Close ends it.
+// A client owns at most one pub/sub subscription per node, to a channel of
+// its own, opened by the first Lock that has to wait: through it the client
+// learns that a waiter of its was given a lock.
 type Client struct {
-	nodes  []*node
+	nodes  []Redis
 	quorum int
 
-	prefix string
-	hooks  Hooks
+	prefix   string
+	chanbase string // the channel of a client is chanbase + its id
+	hooks    Hooks
 
-	id  string        // random prefix of hold tokens
+	id  string        // random: the prefix of hold tokens, the name of the channel
 	seq atomic.Uint64 // hold token counter
 
 	waiters waiters
@@ -40,10 +41,6 @@ type Client struct {
 	wg     sync.WaitGroup // subscriptions, and releases of unknown acquisitions
 }
 
-type node struct {
-	r Redis
-}
-
 // New returns a client that keeps its locks on r.
 func New(r Redis, opts ...Option) *Client {
 	return newClient([]Redis{r}, opts)
@@ -53,12 +50,22 @@ func New(r Redis, opts ...Option) *Client {
 // independent Redis servers (not replicas of one another, not one Cluster):
 // a lock is held when a majority of them granted it within its validity,
 // lease - elapsed - drift, where drift is 1% of the lease plus 2 ms. Requests
-// go to all nodes in parallel; a failed acquisition is released everywhere.
+// go to all nodes in parallel, and the answers are awaited for a tenth of
+// the lease at most (50 ms to 1 s): a node that hangs counts as failed,
+// whether or not its client honours context deadlines. A failed acquisition
+// is released everywhere.
 //
 // Every node issues its own fencing token, so one number cannot order
 // Redlock holders: Lock.Token returns the largest, for logs, and Lock.Tokens
 // returns them all, for a resource that fences with them (see Tokens).
-// Nodes are not Redis Cluster nodes: a Cluster is one node here.
+// Nodes are not Redis Cluster nodes: a Cluster is one node here. Redlock
+// has no waiting line: a release wakes the first waiter of each node, which
+// tries again. Semaphores and read-write locks need a single Redis.
+//
+// A node that restarts without its data forgets the locks it granted, and
+// with a majority of such nodes a second holder gets in: run the nodes with
+// AOF and appendfsync always, or keep a restarted node out of service for
+// longer than the longest lease (as the Redlock specification says).
 func NewRedlock(nodes []Redis, opts ...Option) *Client {
 	if len(nodes) == 0 {
 		panic("lock: NewRedlock needs at least one node")
@@ -68,26 +75,26 @@ func NewRedlock(nodes []Redis, opts ...Option) *Client {
 
 func newClient(rs []Redis, opts []Option) *Client {
 	c := &Client{
+		nodes:  slices.Clone(rs),
 		quorum: len(rs)/2 + 1,
 		prefix: DefaultPrefix,
-	}
-	for _, r := range rs {
-		c.nodes = append(c.nodes, &node{r: r})
 	}
 	for _, o := range opts {
 		o(c)
 	}
+	c.chanbase = c.prefix + "client:"
 	var b [12]byte
 	rand.Read(b[:])
-	c.id = base64.RawURLEncoding.EncodeToString(b[:]) + "."
-	c.waiters.q = make(map[string][]*waiter)
+	c.id = base64.RawURLEncoding.EncodeToString(b[:])
+	c.waiters.m = make(map[string]*waiter)
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	return c
 }
 
 // Close stops the client: the subscriptions end, waiting Lock calls return
-// ErrClosed, and watchdogs stop renewing, so held locks expire within their
-// lease; their contexts end with cause ErrClosed. Unlock still works.
+// ErrClosed (and leave the line), and watchdogs stop renewing, so held
+// locks expire within their lease; their contexts end with cause ErrClosed.
+// Unlock still works.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
@@ -97,27 +104,30 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// newLock prepares an acquisition of name; it allocates little because it
-// runs for every lock.
-func (c *Client) newLock(name string, opts []LockOption) *Lock {
-	l := &Lock{c: c, name: name, lockConfig: lockConfig{lease: DefaultLease, watchdog: true, retry: defaultRetry}}
-	for _, o := range opts {
-		o(&l.lockConfig)
-	}
-	l.lease = max(l.lease, minLease)
+// redlock reports whether the client runs Redlock.
+func (c *Client) redlock() bool { return len(c.nodes) > 1 }
+
+// newLock prepares an acquisition of name with spec (see scripts/lib.lua);
+// it allocates little because it runs for every lock.
+func (c *Client) newLock(name, spec string, cfg lockConfig) *Lock {
+	l := &Lock{c: c, name: name, spec: spec, lockConfig: cfg}
 	l.leaseArg = defaultLeaseArg
 	if l.lease != DefaultLease {
 		l.leaseArg = ms(l.lease)
 	}
-	// one allocation for both keys: the lock key is a prefix of the other
-	if hashTagged(name) {
-		l.fkey = c.prefix + name + fenceSuffix
-	} else {
-		l.fkey = c.prefix + "{" + name + "}" + fenceSuffix
+	// one allocation for the four keys (see keys)
+	k := c.prefix + name
+	if !hashTagged(name) {
+		k = c.prefix + "{" + name + "}"
 	}
-	l.rkey = l.fkey[:len(l.fkey)-len(fenceSuffix)]
+	all := k + fenceSuffix + k + queueSuffix + k + waitSuffix
+	n := len(k)
+	f := n + len(fenceSuffix)
+	q := f + n + len(queueSuffix)
+	l.keys = [4]string{all[:n], all[:f], all[f:q], all[q:]}
 	var b [64]byte
-	l.tok = string(strconv.AppendUint(append(b[:0], c.id...), c.seq.Add(1), 36))
+	tok := append(append(b[:0], c.id...), '.')
+	l.tok = string(strconv.AppendUint(tok, c.seq.Add(1), 36))
 	return l
 }
 
@@ -127,17 +137,73 @@ var defaultLeaseArg = ms(DefaultLease)
 // lease.
 const minLease = 10 * time.Millisecond
 
-// TryLock takes the lock called name if it is free, without waiting. It
-// returns an error matching ErrNotObtained when someone else holds it, or
-// the Redis error.
+// mutexSpec returns the spec of a mutex acquisition (see scripts/lib.lua).
+func mutexSpec(cfg lockConfig) string {
+	switch {
+	case cfg.owner != "":
+		return "o" + cfg.owner
+	case cfg.metadata != "":
+		return "h"
+	}
+	return "p"
+}
+
+// TryLock takes the mutex called name if it is free and nobody waits for
+// it, without waiting. It returns an error matching ErrNotObtained when
+// someone else holds it (or waits for it), or the Redis error; when ctx
+// ends during the attempt, the error matches ErrNotObtained and ctx.Err().
 func (c *Client) TryLock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	cfg, err := config(opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.try(ctx, c.newLock(name, mutexSpec(cfg), cfg))
+}
+
+// Lock takes the mutex called name, waiting until it is free or ctx ends.
+// Waiters wait in line in Redis, across processes, and each gets the lock
+// straight from the previous holder's release, in arrival order (but for
+// up to 8 handoffs in a row within the releasing client), without it ever
+// being free: one round trip to join the line, none to be woken. The waiter
+// refreshes its place now and then, and asks Redis again when the holder's
+// lease ends (it may have died) and after a new subscription (a message may
+// have been lost). When ctx ends first, the error matches both
+// ErrNotObtained and ctx.Err(); when the retry strategy (WithRetry) gives
+// up, ErrNotObtained.
+//
+// A reentrant acquisition by the owner that holds the lock does not wait.
+// Redlock has no line: a release wakes the first waiter of each node, and
+// whoever asks first gets the lock.
+func (c *Client) Lock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	cfg, err := config(opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.wait(ctx, c.newLock(name, mutexSpec(cfg), cfg))
+}
+
+// try makes one attempt at l, reporting it to the Acquire hook.
+func (c *Client) try(ctx context.Context, l *Lock) (*Lock, error) {
 	if c.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
-	l := c.newLock(name, opts)
-	_, err := c.acquire(ctx, l, c.mark(l.rkey, nil, false))
+	_, err := c.acquire(ctx, l, attemptTry, time.Now())
 	if h := c.hooks.Acquire; h != nil {
-		h(name, time.Since(l.acquired), err)
+		h(l.name, time.Since(l.acquired), err)
+	}
+	if err != nil {
+		return nil, notObtained(ctx, err)
+	}
+	l.arm()
+	return l, nil
+}
+
+// wait takes l, waiting in line, reporting it to the Acquire hook.
+func (c *Client) wait(ctx context.Context, l *Lock) (*Lock, error) {
+	start := time.Now()
+	err := c.waitFor(ctx, l)
+	if h := c.hooks.Acquire; h != nil {
+		h(l.name, time.Since(start), err)
 	}
 	if err != nil {
 		return nil, err
@@ -146,137 +212,145 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...LockOption) (
 	return l, nil
 }
 
-// Lock takes the lock called name, waiting until it is free or ctx ends.
-// Waiters are woken by a message that the releasing client publishes; a
-// jittered poll (see WithRetry) covers a missed message and a holder that
-// died. When ctx ends first, the error matches both ErrNotObtained and
-// ctx.Err(); when the retry strategy gives up, ErrNotObtained.
-//
-// Waiters of one client queue in arrival order and are handed the lock one
-// after the other, without it ever being free, while no other client waits
-// for it. Between clients Lock is not fair: whoever asks first after a
-// release gets it.
-func (c *Client) Lock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
-	start := time.Now()
-	l, err := c.lock(ctx, name, opts)
-	if h := c.hooks.Acquire; h != nil {
-		h(name, time.Since(start), err)
+// notObtained makes the error of an attempt that failed because ctx ended
+// match ErrNotObtained and ctx.Err() (the attempt, whose outcome is
+// unknown, is undone in the background).
+func notObtained(ctx context.Context, err error) error {
+	if ctx.Err() != nil && !errors.Is(err, ErrNotObtained) {
+		return fmt.Errorf("%w (%w)", ErrNotObtained, ctx.Err())
 	}
-	return l, err
+	return err
 }
 
-func (c *Client) lock(ctx context.Context, name string, opts []LockOption) (*Lock, error) {
+// How an attempt is made.
+const (
+	attemptTry  = "0" // no waiting
+	attemptWait = "1" // join the line when taken
+	attemptPoll = "2" // a waiter in line: refresh its place, or learn that it was given the lock
+)
+
+// waitFor takes l, waiting in line (see Lock).
+func (c *Client) waitFor(ctx context.Context, l *Lock) error {
 	if c.ctx.Err() != nil {
-		return nil, ErrClosed
+		return ErrClosed
 	}
-	l := c.newLock(name, opts)
+	first := l.retry.Backoff(1)
+	if first <= 0 {
+		_, err := c.acquire(ctx, l, attemptTry, time.Now())
+		return notObtained(ctx, err)
+	}
 	c.subscribe()
-	var (
-		hint  time.Duration
-		err   error = ErrNotObtained
-		raced bool
-		w     *waiter
-	)
-	if c.waiters.others(l.rkey, nil) && l.retry.Backoff(1) > 0 {
-		// Goroutines of this client wait already: the lock is held, and will
-		// be handed along their queue. Join it instead of trying.
-		w = c.waiters.add(l)
-	} else {
-		seen := c.waiters.msgs.Load()
-		hint, err = c.acquire(ctx, l, c.mark(l.rkey, nil, true))
-		if err == nil {
-			l.arm()
-			return l, nil
-		}
-		if !errors.Is(err, ErrNotObtained) {
-			return nil, err
-		}
-		w = c.waiters.add(l)
-		// A release message that came between the attempt and the
-		// registration woke nobody: try again at once.
-		raced = c.waiters.msgs.Load() != seen
+	w := c.waiters.add(l.tok)
+	defer c.waiters.remove(l.tok)
+
+	// The lock was given to the waiter after the last attempt that found it
+	// taken was sent: its lease runs at least from then.
+	sent := time.Now()
+	hint, err := c.acquire(ctx, l, attemptWait, sent)
+	if err == nil {
+		return nil
 	}
-	acquired := false
-	defer func() { c.waiters.remove(w, acquired) }()
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	if !errors.Is(err, ErrNotObtained) || errors.Is(err, ErrKind) {
+		return notObtained(ctx, err)
+	}
+	keep := keepEvery(l.lease)
+	retryAt := sent.Add(jitter(first))
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
 	for n := 1; ; {
-		if !raced {
-			var tc <-chan time.Time
-			if st := c.waiters.state(w); st == attempt {
-				d := l.retry.Backoff(n)
-				if d <= 0 {
-					return nil, err
-				}
-				d = jitter(d)
-				if hint > 0 && hint+2*time.Millisecond < d {
-					// the holder's lease ends first: try right after it
-					d = hint + time.Millisecond + jitter(time.Millisecond)
-				}
-				if timer == nil {
-					timer = time.NewTimer(d)
-				} else {
-					timer.Reset(d)
-				}
-				tc = timer.C
-			} // else a handoff is under way: its outcome wakes us
-			select {
-			case <-ctx.Done():
-				if c.waiters.leave(w) {
-					acquired = true
-					l.arm()
-					return l, nil
-				}
-				return nil, fmt.Errorf("%w (%w)", ErrNotObtained, ctx.Err())
-			case <-c.ctx.Done():
-				if c.waiters.leave(w) {
-					acquired = true
-					l.arm()
-					return l, nil
-				}
-				return nil, fmt.Errorf("%w (%w)", ErrNotObtained, ErrClosed)
-			case <-w.wake:
-			case <-tc:
-			}
+		// Poll to keep the place in line, and right after the first hold's
+		// lease ends (its holder may have died). On one Redis, the line
+		// gives the lock and the retry strategy only says when to give up;
+		// Redlock has no line, and polls on the strategy's schedule.
+		keepAt, hintAt := sent.Add(keep), time.Time{}
+		d := min(time.Until(retryAt), time.Until(keepAt))
+		if hint > 0 {
+			hintAt = sent.Add(hint + time.Millisecond + jitter(time.Millisecond))
+			d = min(d, time.Until(hintAt))
 		}
-		raced = false
-		switch c.waiters.begin(w) {
-		case granted:
-			acquired = true
-			l.arm()
-			return l, nil
-		case handoff:
+		timer.Reset(d)
+		woken := false
+		select {
+		case <-ctx.Done():
+			return c.leave(ctx, l, fmt.Errorf("%w (%w)", ErrNotObtained, ctx.Err()))
+		case <-c.ctx.Done():
+			return c.leave(ctx, l, fmt.Errorf("%w (%w)", ErrNotObtained, ErrClosed))
+		case <-w.wake:
+			if token, slot, ok := c.waiters.granted(w); ok {
+				l.token, l.slot, l.acquired = token, slot, sent
+				switch err := c.confirm(ctx, l, sent); {
+				case err == nil:
+					return nil
+				case errors.Is(err, ErrNotHeld):
+					// given the lock, but too late to use it: wait on
+				default:
+					return c.leave(ctx, l, notObtained(ctx, err))
+				}
+			}
+			woken = true // to try again: a Redlock release, or a new subscription
+		case <-timer.C:
+		}
+		now := time.Now()
+		poll := woken || !now.Before(keepAt) || hint > 0 && !now.Before(hintAt)
+		if !now.Before(retryAt) {
+			n++
+			d := l.retry.Backoff(n)
+			if d <= 0 {
+				return c.leave(ctx, l, err)
+			}
+			retryAt = now.Add(jitter(d))
+			poll = poll || c.redlock()
+		}
+		if !poll {
 			continue
 		}
-		n++
-		hint, err = c.acquire(ctx, l, c.mark(l.rkey, w, true))
-		c.waiters.done(w)
+		hint, err = c.acquire(ctx, l, attemptPoll, sent)
 		if err == nil {
-			acquired = true
-			l.arm()
-			return l, nil
+			return nil
 		}
-		if !errors.Is(err, ErrNotObtained) {
-			return nil, err
+		if !errors.Is(err, ErrNotObtained) || errors.Is(err, ErrKind) {
+			return c.leave(ctx, l, notObtained(ctx, err))
 		}
+		sent = now
 	}
 }
 
-// mark tells the acquire script when to flag the lock as awaited, which
-// makes its release publish a message: when the caller will wait, and also
-// on success when other goroutines of this process wait for the same lock.
-func (c *Client) mark(rkey string, self *waiter, waiting bool) string {
-	switch {
-	case c.waiters.others(rkey, self):
-		return "2"
-	case waiting:
-		return "1"
+// keepEvery is how often a waiter refreshes its place in line; a place
+// lasts three times as long (10 s at most), so that a waiter that is gone
+// gets no lock after that. It is at most a third of the lease, which
+// bounds how much shorter than its lease a lock given to a waiter is
+// believed valid.
+func keepEvery(lease time.Duration) time.Duration { return placeTTL(lease) / 3 }
+
+func placeTTL(lease time.Duration) time.Duration { return min(lease, 10*time.Second) }
+
+// confirm sets the validity of a lock given to a waiter: its lease began
+// after since. When that leaves too little of it, confirm renews it first.
+func (c *Client) confirm(ctx context.Context, l *Lock, since time.Time) error {
+	l.validUntil = since.Add(l.lease - drift(l.lease))
+	if time.Until(l.validUntil) > l.lease/3 {
+		return nil
 	}
-	return "0"
+	start := time.Now()
+	st, err := c.extend(ctx, l, l.lease)
+	switch st {
+	case done:
+		l.validUntil = start.Add(l.lease - drift(l.lease))
+		return nil
+	case refused:
+		return ErrNotHeld
+	}
+	return err
+}
+
+// leave takes a waiter out of the line, and releases the lock if it was
+// given it meanwhile; it returns err.
+func (c *Client) leave(ctx context.Context, l *Lock, err error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeTimeout(l.lease))
+	defer cancel()
+	c.cancelWait(ctx, l)
+	return err
 }
 
 // drift bounds the clock drift between client and servers over a lease.
@@ -290,67 +364,119 @@ func nodeTimeout(lease time.Duration) time.Duration {
 	return min(clamp(lease/10, 50*time.Millisecond, time.Second), lease/2)
 }
 
-type result struct {
-	v   int64
+type result[T any] struct {
+	v   T
 	err error
 }
 
-// each runs f on every node in parallel and returns the results by node.
-func (c *Client) each(ctx context.Context, timeout time.Duration, f func(ctx context.Context, r Redis) (int64, error)) []result {
+var errNoAnswer = errors.New("no answer from Redis")
+
+// each runs f on every node in parallel and returns the results by node,
+// waiting for timeout at most: a node that has not answered by then (its
+// client may not honour the context's deadline) fails with errNoAnswer, and
+// its call ends in the background.
+func each[T any](c *Client, ctx context.Context, timeout time.Duration, f func(ctx context.Context, r Redis) (T, error)) []result[T] {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res := make([]result, len(c.nodes))
-	var wg sync.WaitGroup
-	for i, n := range c.nodes {
-		wg.Go(func() { res[i].v, res[i].err = f(ctx, n.r) })
+	type answer struct {
+		i int
+		result[T]
 	}
-	wg.Wait()
+	answers := make(chan answer, len(c.nodes))
+	for i, r := range c.nodes {
+		go func() {
+			v, err := f(ctx, r)
+			answers <- answer{i, result[T]{v, err}}
+		}()
+	}
+	res := make([]result[T], len(c.nodes))
+	got := make([]bool, len(c.nodes))
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for range c.nodes {
+		select {
+		case a := <-answers:
+			res[a.i], got[a.i] = a.result, true
+			continue
+		case <-timer.C:
+		}
+		break
+	}
+	for i := range res {
+		if !got[i] {
+			res[i].err = fmt.Errorf("%w within %v", errNoAnswer, timeout)
+		}
+	}
 	return res
 }
 
-func (c *Client) runAll(ctx context.Context, lease time.Duration, s *script, keys, args []string) []result {
-	return c.each(ctx, nodeTimeout(lease), func(ctx context.Context, r Redis) (int64, error) {
+func (c *Client) runAll(ctx context.Context, lease time.Duration, s *script, keys, args []string) []result[int64] {
+	return each(c, ctx, nodeTimeout(lease), func(ctx context.Context, r Redis) (int64, error) {
 		return run(ctx, r, s, keys, args)
 	})
 }
 
-// acquire runs the acquire script. On success it sets l's token and lease
-// end; when the lock is taken it returns ErrNotObtained (possibly inside a
-// QuorumError) and how long the holder's lease still runs.
-func (c *Client) acquire(ctx context.Context, l *Lock, mark string) (time.Duration, error) {
+// fifo is the scripts' argument for waiting in line: no line with Redlock.
+func (c *Client) fifo() string {
+	if c.redlock() {
+		return "0"
+	}
+	return "1"
+}
+
+// acquire runs the acquire script (how: attemptTry, attemptWait or
+// attemptPoll). On success it sets l's token, slot and validity: the lease
+// runs from start, or, when the lock was given to the waiter earlier, from
+// since. When the lock is taken it returns an error matching ErrNotObtained
+// (possibly inside a QuorumError) and how long the first hold still runs.
+func (c *Client) acquire(ctx context.Context, l *Lock, how string, since time.Time) (time.Duration, error) {
 	// l.kv saves an allocation: acquisitions of one Lock never overlap.
-	// Trailing arguments that hold their default are left out.
+	if how == attemptPoll && c.redlock() {
+		how = attemptWait // Redlock gives no lock to waiters: no need to ask
+	}
 	kv := &l.kv
-	kind := l.kindArg()
-	*kv = [...]string{l.rkey, l.fkey, l.tok, l.leaseArg, mark, kind, l.metadata}
-	keys, args := kv[:2], kv[2:4]
-	switch {
-	case l.metadata != "":
-		args = kv[2:7]
-	case kind != "":
-		args = kv[2:6]
-	case mark != "0":
-		args = kv[2:5]
+	*kv = [...]string{l.tok, l.leaseArg, l.spec, how, c.fifo(), ms(placeTTL(l.lease)), c.chanbase, l.metadata}
+	keys, args := l.keys[:], kv[:7]
+	if l.metadata != "" {
+		args = kv[:]
 	}
 	start := time.Now()
 	l.acquired = start
-	if len(c.nodes) == 1 {
-		v, err := run(ctx, c.nodes[0].r, acquireScript, keys, args)
+	strs := l.spec[0] == 's' || how == attemptPoll
+	if !c.redlock() {
+		var v, slot int64
+		held := false
+		var err error
+		if strs {
+			var r []string
+			r, err = runStrings(ctx, c.nodes[0], acquireScript, keys, args)
+			if err == nil {
+				v, slot, held, err = parseAcquired(r)
+			}
+		} else {
+			v, err = run(ctx, c.nodes[0], acquireScript, keys, args)
+		}
 		if err == nil && v <= 0 {
 			err = ErrNotObtained
+			if v == 0 {
+				err = errKind(l)
+			}
 		}
 		if h := c.hooks.Attempt; h != nil {
 			h(l.name, time.Since(start), err)
 		}
 		if err != nil {
-			if err == ErrNotObtained {
+			if errors.Is(err, ErrNotObtained) {
 				return time.Duration(-1-v) * time.Millisecond, err
 			}
 			// The script may have run, and the reply been lost: undo it.
 			c.undo(l)
 			return 0, err
 		}
-		l.token = v
+		if held {
+			start = since // the lock was given to the waiter earlier
+		}
+		l.token, l.slot = v, int(slot)
 		l.validUntil = start.Add(l.lease - drift(l.lease))
 		if !time.Now().Before(l.validUntil) {
 			// granted, but too slowly to be of use
@@ -378,6 +504,8 @@ func (c *Client) acquire(ctx context.Context, l *Lock, mark string) (time.Durati
 			ok++
 			token = max(token, r.v)
 			tokens[i] = r.v
+		case r.v == 0:
+			qe.Nodes = append(qe.Nodes, &NodeError{Node: i, Err: errKind(l)})
 		default:
 			qe.Nodes = append(qe.Nodes, &NodeError{Node: i, Err: ErrNotObtained})
 			if d := time.Duration(-1-r.v) * time.Millisecond; hint < 0 || d < hint {
@@ -409,6 +537,19 @@ func (c *Client) acquire(ctx context.Context, l *Lock, mark string) (time.Durati
 	return 0, nil
 }
 
+// parseAcquired reads the array reply of the acquire script: token, slot,
+// and whether the hold already held the lock.
+func parseAcquired(r []string) (token, slot int64, held bool, err error) {
+	if len(r) < 2 {
+		return 0, 0, false, fmt.Errorf("lock: acquire script replied %q", r)
+	}
+	token, err = strconv.ParseInt(r[0], 10, 64)
+	if err == nil {
+		slot, err = strconv.ParseInt(r[1], 10, 64)
+	}
+	return token, slot, len(r) > 2 && r[2] == "1", err
+}
+
 // undo releases, in the background, an acquisition whose outcome is
 // unknown, so that a lost reply does not leave the lock taken for a lease.
 func (c *Client) undo(l *Lock) {
@@ -418,9 +559,9 @@ func (c *Client) undo(l *Lock) {
 		return
 	}
 	c.wg.Go(func() {
-		ctx, cancel := context.WithTimeout(c.ctx, nodeTimeout(l.lease))
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), nodeTimeout(l.lease))
 		defer cancel()
-		_, _, _ = c.release(ctx, l, nil, false)
+		c.cancelWait(ctx, l)
 	})
 }
 
@@ -429,7 +570,18 @@ func (c *Client) undo(l *Lock) {
 func (c *Client) releaseQuietly(ctx context.Context, l *Lock) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeTimeout(l.lease))
 	defer cancel()
-	_, _, _ = c.release(ctx, l, nil, false)
+	_, _ = c.release(ctx, l)
+}
+
+// cancelWait runs the cancel script: l leaves the line, and releases the
+// lock if it holds it.
+func (c *Client) cancelWait(ctx context.Context, l *Lock) {
+	args := []string{l.tok, c.fifo(), c.chanbase}
+	if !c.redlock() {
+		_, _ = run(ctx, c.nodes[0], cancelScript, l.keys[:], args)
+		return
+	}
+	c.runAll(ctx, l.lease, cancelScript, l.keys[:], args)
 }
 
 // status of an extend or release.
@@ -439,18 +591,14 @@ const (
 	done    status = iota // extended or released
 	refused               // not held: definitive
 	failed                // unknown: transport errors
-	handed                // released by handing it over to a waiter
 )
 
 // extend runs the extend script with lease.
 func (c *Client) extend(ctx context.Context, l *Lock, lease time.Duration) (status, error) {
-	keys := []string{l.rkey}
+	keys := l.keys[:1]
 	args := []string{l.tok, ms(lease)}
-	if l.isHash() {
-		args = append(args, "h")
-	}
-	if len(c.nodes) == 1 {
-		v, err := run(ctx, c.nodes[0].r, extendScript, keys, args)
+	if !c.redlock() {
+		v, err := run(ctx, c.nodes[0], extendScript, keys, args)
 		switch {
 		case err != nil:
 			return failed, err
@@ -484,34 +632,20 @@ func (c *Client) extend(ctx context.Context, l *Lock, lease time.Duration) (stat
 	return failed, &qe
 }
 
-// release runs the release script. When next is set (single node, plain
-// lock), the lock is handed over to that waiter if no other client waits,
-// and release returns handed and the new holder's token; more tells whether
-// others wait behind next.
-func (c *Client) release(ctx context.Context, l *Lock, next *waiter, more bool) (status, int64, error) {
-	kv := [...]string{l.rkey, l.fkey, l.tok, l.hashArg(), "", "", ""}
-	keys, args := kv[:1], kv[2:3]
-	switch {
-	case next != nil:
-		kv[4], kv[5] = next.lock.tok, next.lock.leaseArg
-		if more {
-			kv[6] = "1"
-		}
-		keys, args = kv[:2], kv[2:7]
-	case l.isHash():
-		args = kv[2:4]
-	}
-	if len(c.nodes) == 1 {
-		v, err := run(ctx, c.nodes[0].r, releaseScript, keys, args)
+// release runs the release script, which also gives the lock to the
+// waiters in line.
+func (c *Client) release(ctx context.Context, l *Lock) (status, error) {
+	kv := [...]string{l.tok, c.fifo(), c.chanbase}
+	keys, args := l.keys[:], kv[:]
+	if !c.redlock() {
+		v, err := run(ctx, c.nodes[0], releaseScript, keys, args)
 		switch {
 		case err != nil:
-			return failed, 0, err
-		case v > 2:
-			return handed, v, nil
+			return failed, err
 		case v == 0:
-			return refused, 0, ErrNotHeld
+			return refused, ErrNotHeld
 		}
-		return done, 0, nil
+		return done, nil
 	}
 	res := c.runAll(ctx, l.lease, releaseScript, keys, args)
 	ok, no := 0, 0
@@ -530,28 +664,25 @@ func (c *Client) release(ctx context.Context, l *Lock, next *waiter, more bool) 
 	qe.OK = ok
 	switch {
 	case ok >= c.quorum:
-		return done, 0, nil
+		return done, nil
 	case len(qe.Nodes) == no:
-		return refused, 0, ErrNotHeld // every node answered; a quorum did not hold it
+		return refused, ErrNotHeld // every node answered; a quorum did not hold it
 	case ok > 0 && ok+no >= c.quorum:
 		// Released where it was held, and a quorum now answered that it
 		// does not hold it: whatever the silent nodes hold, no quorum can.
 		// A lock taken on a bare quorum (a split vote under contention),
 		// one node of which then failed, is released here, not unknown.
-		return done, 0, nil
+		return done, nil
 	}
-	return failed, 0, &qe
+	return failed, &qe
 }
 
 // pttl runs the ttl script: the lease left on the server.
 func (c *Client) pttl(ctx context.Context, l *Lock) (time.Duration, error) {
-	keys := []string{l.rkey}
+	keys := l.keys[:1]
 	args := []string{l.tok}
-	if l.isHash() {
-		args = append(args, "h")
-	}
-	if len(c.nodes) == 1 {
-		v, err := run(ctx, c.nodes[0].r, ttlScript, keys, args)
+	if !c.redlock() {
+		v, err := run(ctx, c.nodes[0], ttlScript, keys, args)
 		switch {
 		case err != nil:
 			return 0, err

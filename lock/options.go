@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"fmt"
 	"strings"
 	"time"
 )
@@ -30,12 +31,14 @@ func WithHooks(h Hooks) Option {
 	return func(c *Client) { c.hooks = h }
 }
 
-// LockOption configures one acquisition.
+// LockOption configures one acquisition: of a mutex, a semaphore permit, or
+// a read or write hold of a read-write lock.
 type LockOption func(*lockConfig)
 
 type lockConfig struct {
 	lease    time.Duration
 	watchdog bool
+	leaseBy  uint8 // which of WithTTL, WithWatchdog set the lease: a conflict is refused
 	retry    RetryStrategy
 	owner    string
 	metadata string
@@ -43,37 +46,67 @@ type lockConfig struct {
 
 // WithTTL gives the lock a fixed lease (at least 10 ms): no watchdog renews
 // it; it expires ttl after acquisition unless extended with Lock.Extend,
-// and its context ends when the lease runs out. Default: a watchdog with a
-// 30 s lease.
+// and its context ends when the lease runs out. It conflicts with
+// WithWatchdog: given both, TryLock and Lock return an error. Default: a
+// watchdog with a 30 s lease.
 func WithTTL(ttl time.Duration) LockOption {
-	return func(o *lockConfig) { o.lease, o.watchdog = ttl, false }
+	return func(o *lockConfig) {
+		o.lease, o.watchdog = ttl, false
+		o.leaseBy |= byTTL
+	}
 }
 
 // WithWatchdog sets the lease (at least 10 ms) that the watchdog renews,
 // every third of it, while the lock is held; a crashed holder's lock expires
-// within one lease. Default: 30 s (Redisson's lockWatchdogTimeout).
+// within one lease. It conflicts with WithTTL: given both, TryLock and Lock
+// return an error. Default: 30 s (Redisson's lockWatchdogTimeout).
 func WithWatchdog(lease time.Duration) LockOption {
-	return func(o *lockConfig) { o.lease, o.watchdog = lease, true }
+	return func(o *lockConfig) {
+		o.lease, o.watchdog = lease, true
+		o.leaseBy |= byWatchdog
+	}
 }
 
-// WithRetry sets how long Lock waits between attempts when no release
-// message wakes it, and how many attempts it makes (see RetryStrategy).
-// TryLock ignores it. Default: DefaultRetry(): attempts until ctx ends.
+// WithRetry sets when Lock gives up: after the retries of s (see
+// RetryStrategy). On one Redis a waiter waits in line and is given the lock,
+// so retries send nothing; with Redlock each retry is an attempt. NoRetry
+// makes Lock a TryLock. TryLock ignores it. Default: DefaultRetry(): wait
+// until ctx ends.
 func WithRetry(s RetryStrategy) LockOption {
 	return func(o *lockConfig) { o.retry = s }
 }
 
-// WithReentrant makes the lock reentrant for owner: while owner holds it,
-// acquiring it again with the same owner succeeds and adds a hold; the lock
-// is free once every hold is released. The owner identifies the holder
-// across calls and processes (a request ID, a job ID); an owner of "" means
-// not reentrant. Default: not reentrant.
+// WithReentrant makes a mutex reentrant for owner: while owner holds it,
+// acquiring it again with the same owner succeeds at once (ahead of any
+// waiter) and adds a hold with a lease of its own; the lock is free once
+// every hold is released or expired, and no hold shortens another's lease.
+// The owner identifies the holder across calls and processes (a request
+// ID, a job ID); an owner of "" means not reentrant. Semaphores and
+// read-write locks refuse it. Default: not reentrant.
 func WithReentrant(owner string) LockOption {
 	return func(o *lockConfig) { o.owner = owner }
 }
 
-// WithMetadata stores a string with the lock (field "m" of the lock hash),
-// for people looking at Redis: who holds it and why. Default: none.
+// WithMetadata stores a string with the hold, for people and tools looking
+// at the lock (Client.Inspect): who holds it and why. Default: none.
 func WithMetadata(md string) LockOption {
 	return func(o *lockConfig) { o.metadata = md }
+}
+
+const (
+	byTTL = 1 << iota
+	byWatchdog
+)
+
+// config applies opts to the defaults.
+func config(opts []LockOption) (lockConfig, error) {
+	cfg := lockConfig{lease: DefaultLease, watchdog: true, retry: defaultRetry}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.leaseBy == byTTL|byWatchdog {
+		return cfg, fmt.Errorf("%w: WithTTL and WithWatchdog both set the lease: give one", ErrOption)
+	}
+	cfg.lease = max(cfg.lease, minLease)
+	return cfg, nil
 }

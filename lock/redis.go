@@ -8,24 +8,31 @@ import (
 	"strings"
 )
 
-// Redis is the part of a Redis client the lock needs. The packages goredis
+// Redis is the part of a Redis client the lock needs. The modules goredis
 // (go-redis v9: standalone, Sentinel failover and Cluster clients) and
-// rueidis implement it; a test may wrap one to inject faults.
-//
-// Every script the lock runs replies with an integer.
+// rueidislock (rueidis) implement it; a test may wrap one to inject faults.
 type Redis interface {
-	// EvalSHA runs EVALSHA and returns the script's reply. An error whose
-	// text starts with "NOSCRIPT" makes the lock send the source with Eval.
+	// EvalSHA runs EVALSHA of a script that replies with an integer. An
+	// error whose text starts with "NOSCRIPT" makes the lock send the
+	// source with Eval.
 	EvalSHA(ctx context.Context, sha1 string, keys, args []string) (int64, error)
 
-	// Eval runs EVAL and returns the script's reply.
+	// Eval runs EVAL of a script that replies with an integer.
 	Eval(ctx context.Context, script string, keys, args []string) (int64, error)
 
-	// PSubscribe subscribes to the channels matching pattern and blocks until
-	// ctx ends or the subscription breaks, returning why. It calls ready each
-	// time the server confirms the subscription and message with the channel
-	// of every message; both must return quickly.
-	PSubscribe(ctx context.Context, pattern string, ready func(), message func(channel string)) error
+	// EvalSHAStrings runs EVALSHA of a script that replies with an array
+	// of strings (semaphores, inspection); NOSCRIPT as for EvalSHA.
+	EvalSHAStrings(ctx context.Context, sha1 string, keys, args []string) ([]string, error)
+
+	// EvalStrings runs EVAL of a script that replies with an array of
+	// strings.
+	EvalStrings(ctx context.Context, script string, keys, args []string) ([]string, error)
+
+	// Subscribe subscribes to channel and blocks until ctx ends or the
+	// subscription breaks, returning why. It calls ready each time the
+	// server confirms the subscription, and message with the payload of
+	// every message; both must return quickly.
+	Subscribe(ctx context.Context, channel string, ready func(), message func(payload string)) error
 }
 
 // script is a Lua script called by SHA1 with a fallback to its source.
@@ -33,36 +40,61 @@ type script struct {
 	src, sha string
 }
 
-func newScript(src string) *script {
+// newScript makes a script of lib.lua followed by body: a Redis script
+// cannot include another.
+func newScript(body string) *script {
+	src := libLua + "\n" + body
 	sum := sha1.Sum([]byte(src))
 	return &script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
 var (
+	//go:embed scripts/lib.lua
+	libLua string
 	//go:embed scripts/acquire.lua
 	acquireLua string
 	//go:embed scripts/release.lua
 	releaseLua string
+	//go:embed scripts/cancel.lua
+	cancelLua string
 	//go:embed scripts/extend.lua
 	extendLua string
 	//go:embed scripts/ttl.lua
 	ttlLua string
+	//go:embed scripts/inspect.lua
+	inspectLua string
+	//go:embed scripts/force.lua
+	forceLua string
 
 	acquireScript = newScript(acquireLua)
 	releaseScript = newScript(releaseLua)
+	cancelScript  = newScript(cancelLua)
 	extendScript  = newScript(extendLua)
 	ttlScript     = newScript(ttlLua)
+	inspectScript = newScript(inspectLua)
+	forceScript   = newScript(forceLua)
 )
 
 // run runs s on r: EVALSHA first, EVAL when the server does not know the
 // script yet (after a restart, a failover, or on a new cluster node).
 func run(ctx context.Context, r Redis, s *script, keys, args []string) (int64, error) {
 	v, err := r.EvalSHA(ctx, s.sha, keys, args)
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+	if err != nil && noScript(err) {
 		v, err = r.Eval(ctx, s.src, keys, args)
 	}
 	return v, err
 }
+
+// runStrings is run for scripts that reply with an array of strings.
+func runStrings(ctx context.Context, r Redis, s *script, keys, args []string) ([]string, error) {
+	v, err := r.EvalSHAStrings(ctx, s.sha, keys, args)
+	if err != nil && noScript(err) {
+		v, err = r.EvalStrings(ctx, s.src, keys, args)
+	}
+	return v, err
+}
+
+func noScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT") }
 
 // hashTagged reports whether Redis Cluster would hash only a part of name:
 // a '{' followed later by a '}' with at least one byte between them.
@@ -75,21 +107,20 @@ func hashTagged(name string) bool {
 	return j > 0
 }
 
-// fenceSuffix makes the key of a lock's fence counter from the lock's key.
-// All keys and the channel of one lock share its hash slot: a name that
-// already carries a hash tag keeps it, any other name becomes the tag
-// (lock:{name}, lock:{name}:fence).
-const fenceSuffix = ":fence"
+// Suffixes of a lock's other keys (see scripts/lib.lua). All keys of one
+// lock share its hash slot: a name that already carries a hash tag keeps
+// it, any other name becomes the tag (lock:{name}, lock:{name}:fence).
+const (
+	fenceSuffix = ":fence"
+	queueSuffix = ":q"
+	waitSuffix  = ":w"
+)
 
-// globEscape escapes the glob characters of s for PSUBSCRIBE.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch r {
-		case '*', '?', '[', ']', '\\':
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
+// keys returns the four keys of the lock called name.
+func (c *Client) keys(name string) [4]string {
+	k := c.prefix + name
+	if !hashTagged(name) {
+		k = c.prefix + "{" + name + "}"
 	}
-	return b.String()
+	return [4]string{k, k + fenceSuffix, k + queueSuffix, k + waitSuffix}
 }

@@ -5,9 +5,9 @@ import (
 	"time"
 )
 
-// RetryStrategy decides how long Lock waits before its next attempt when no
-// release message wakes it first. A strategy is a pure function of the
-// retry number, so one value can be shared by any number of calls.
+// RetryStrategy decides how long Lock waits before retry n, and when it
+// gives up (see WithRetry). A strategy is a pure function of the retry
+// number, so one value can be shared by any number of calls.
 type RetryStrategy interface {
 	// Backoff returns the longest wait before retry n (n >= 1), or zero or
 	// less to give up. Lock waits a random duration between half of it and
@@ -54,8 +54,10 @@ func LimitRetry(s RetryStrategy, max int) RetryStrategy {
 	})
 }
 
-// DefaultRetry is the strategy of Lock: release messages wake waiters, so
-// the polls only cover a missed message; they back off from 50 ms to 1 s.
+// DefaultRetry is the strategy of Lock: retries 250 ms apart, doubling to
+// 2 s (each a random wait between half of that and all of it), until ctx
+// ends. They matter with Redlock only: on one Redis the waiter is given the
+// lock by the release.
 func DefaultRetry() RetryStrategy { return defaultRetry }
 
 var defaultRetry = ExponentialBackoff(250*time.Millisecond, 2*time.Second)

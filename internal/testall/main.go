@@ -7,10 +7,14 @@
 // redis-server and redis-cli binaries are on PATH; starts a throwaway
 // redis-server on a free port when no Redis answers and the binary is there,
 // and stops it afterwards; runs go test -race -count=1 ./... (without -race
-// when cgo is off, since the race detector needs a C compiler), printing
+// when cgo is off, since the race detector needs a C compiler) in the main
+// module and in each module nested in it (the lock library and its
+// adapters, which ./... does not reach; a package pattern inside one, such
+// as ./lock/tests/..., runs in that module), printing
 // go test's output as go test prints it (all of it with -v); and ends with
 // one summary: what was missing, how many tests were skipped for want of it,
-// and what to install or start. It exits with go test's exit code.
+// and what to install or start. It exits with the first failing go test's
+// exit code.
 //
 // A plain go test ./... works too: it only lacks the summary, since go test
 // shows nothing of a passing package.
@@ -24,7 +28,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/seckilldev/seckill/internal/testenv"
@@ -74,43 +80,56 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "testall: running without -race: %s\n", raceNote)
 	}
 	goArgs = append(goArgs, "-count=1")
-	goArgs = append(goArgs, args...)
-	if !hasPackage(args) {
-		goArgs = append(goArgs, "./...")
-	}
-	shown := "go " + strings.Join(slicesWithout(goArgs, "-json"), " ")
-	fmt.Fprintf(stdout, "testall: %s\n", shown)
+	// the main module, then the nested ones (the lock library): go test
+	// ./... does not cross into a module of its own
+	flags, runs := plan(args, nestedModules(repoRoot()))
+	goArgs = append(goArgs, flags...)
 
-	cmd := exec.Command("go", goArgs...)
-	cmd.Env = env
-	cmd.Stderr = stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		fmt.Fprintf(stderr, "testall: %v\n", err)
-		return 1
-	}
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(stderr, "testall: %v\n", err)
-		return 1
-	}
 	// An interrupt from the terminal reaches go test too; wait for it to
 	// end, then stop the throwaway Redis. A SIGTERM for us alone is passed on.
+	var current atomic.Pointer[exec.Cmd]
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		for sig := range sigs {
-			if sig == syscall.SIGTERM {
+			if cmd := current.Load(); sig == syscall.SIGTERM && cmd != nil {
 				_ = cmd.Process.Signal(sig)
 			}
 		}
 	}()
 	rep := newReport(stdout, verbose(args))
-	rep.read(out)
-	code := exitCode(cmd.Wait())
+	var shown []string
+	code := 0
+	for _, r := range runs {
+		a := append(slices.Clone(goArgs), r.pkgs...)
+		line := "go " + strings.Join(slicesWithout(a, "-json"), " ")
+		if r.dir != "." {
+			line = "(cd " + r.dir + " && " + line + ")"
+		}
+		shown = append(shown, line)
+		fmt.Fprintf(stdout, "testall: %s\n", line)
+
+		cmd := exec.Command("go", a...)
+		cmd.Dir, cmd.Env, cmd.Stderr = r.dir, env, stderr
+		out, err := cmd.StdoutPipe()
+		if err == nil {
+			err = cmd.Start()
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "testall: %v\n", err)
+			return 1
+		}
+		current.Store(cmd)
+		rep.read(out)
+		if c := exitCode(cmd.Wait()); c != 0 && code == 0 {
+			code = c
+		}
+		current.Store(nil)
+	}
 	signal.Stop(sigs)
 
 	writeSummary(stdout, summary{
-		command:  shown,
+		command:  strings.Join(shown, "; "),
 		code:     code,
 		servers:  servers,
 		binaries: binaries,
@@ -137,17 +156,6 @@ func raceSupported() (bool, string) {
 		return false, "the race detector needs cgo, and cgo is off: " + cc
 	}
 	return true, ""
-}
-
-// hasPackage reports whether args name packages (./x, ./..., .): else the
-// whole module is tested.
-func hasPackage(args []string) bool {
-	for _, a := range args {
-		if a == "." || strings.HasPrefix(a, "./") || strings.HasPrefix(a, "../") {
-			return true
-		}
-	}
-	return false
 }
 
 func verbose(args []string) bool {

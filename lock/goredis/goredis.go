@@ -1,11 +1,13 @@
 // Package goredis adapts go-redis v9 clients to lock.Redis: the standalone
 // client, the Sentinel failover clients and the Cluster client.
 //
+//	locks := lock.New(goredis.New(rdb)) // rdb: any redis.UniversalClient
+//
 // go-redis ignores context deadlines unless the client is made with
 // ContextTimeoutEnabled: its ReadTimeout (3 s by default) bounds a call to a
-// hung server instead. The lock does not depend on it (a lease timer, not
-// the renewal call, declares a lock lost), but Redlock's per-node timeouts
-// do: give Redlock nodes ContextTimeoutEnabled: true.
+// hung server instead. The lock does not depend on it: a lease timer, not
+// the renewal call, declares a lock lost, and Redlock stops waiting for a
+// node after its own per-node timeout.
 package goredis
 
 import (
@@ -32,7 +34,7 @@ var _ lock.Redis = client{}
 // New returns c as a lock.Redis. The lock does not close c.
 func New(c redis.UniversalClient) lock.Redis { return client{c} }
 
-func (r client) eval(ctx context.Context, cmd, script string, keys, args []string) (int64, error) {
+func evalArgs(cmd, script string, keys, args []string) []any {
 	a := make([]any, 0, 3+len(keys)+len(args))
 	a = append(a, cmd, script, len(keys))
 	for _, k := range keys {
@@ -41,21 +43,39 @@ func (r client) eval(ctx context.Context, cmd, script string, keys, args []strin
 	for _, v := range args {
 		a = append(a, v)
 	}
-	c := redis.NewIntCmd(ctx, a...)
+	return a
+}
+
+func (r client) evalInt(ctx context.Context, cmd, script string, keys, args []string) (int64, error) {
+	c := redis.NewIntCmd(ctx, evalArgs(cmd, script, keys, args)...)
+	_ = r.c.Process(ctx, c)
+	return c.Result()
+}
+
+func (r client) evalStrings(ctx context.Context, cmd, script string, keys, args []string) ([]string, error) {
+	c := redis.NewStringSliceCmd(ctx, evalArgs(cmd, script, keys, args)...)
 	_ = r.c.Process(ctx, c)
 	return c.Result()
 }
 
 func (r client) EvalSHA(ctx context.Context, sha1 string, keys, args []string) (int64, error) {
-	return r.eval(ctx, "evalsha", sha1, keys, args)
+	return r.evalInt(ctx, "evalsha", sha1, keys, args)
 }
 
 func (r client) Eval(ctx context.Context, script string, keys, args []string) (int64, error) {
-	return r.eval(ctx, "eval", script, keys, args)
+	return r.evalInt(ctx, "eval", script, keys, args)
 }
 
-func (r client) PSubscribe(ctx context.Context, pattern string, ready func(), message func(channel string)) error {
-	ps := r.c.PSubscribe(ctx, pattern)
+func (r client) EvalSHAStrings(ctx context.Context, sha1 string, keys, args []string) ([]string, error) {
+	return r.evalStrings(ctx, "evalsha", sha1, keys, args)
+}
+
+func (r client) EvalStrings(ctx context.Context, script string, keys, args []string) ([]string, error) {
+	return r.evalStrings(ctx, "eval", script, keys, args)
+}
+
+func (r client) Subscribe(ctx context.Context, channel string, ready func(), message func(payload string)) error {
+	ps := r.c.Subscribe(ctx, channel)
 	defer ps.Close()
 	// a blocked read does not watch ctx: closing the connection ends it
 	stop := context.AfterFunc(ctx, func() { ps.Close() })
@@ -80,11 +100,11 @@ func (r client) PSubscribe(ctx context.Context, pattern string, ready func(), me
 		pinged = false
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "psubscribe" {
+			if m.Kind == "subscribe" {
 				ready()
 			}
 		case *redis.Message:
-			message(m.Channel)
+			message(m.Payload)
 		}
 	}
 }

@@ -6,6 +6,8 @@
 //	lock_lost_total                        held locks known lost
 //	lock_held_duration_seconds             from acquisition to Unlock
 //
+// Mutexes, semaphore permits and read-write holds feed the same metrics.
+//
 // Contention is lock_attempt_duration_seconds_count{result="taken"}. Lock
 // names are not labels: they are unbounded. Use one Collector per process,
 // or wrap the registerer (prometheus.WrapRegistererWith) to tell clients

@@ -1,123 +1,90 @@
--- acquire.lua: take the lock if it is free, or add a hold if the same
--- reentrant owner holds it, and issue a fencing token.
+-- acquire.lua: take a lock, or wait in line for it. (lib.lua comes first:
+-- it describes the keys.)
 --
--- KEYS[1]  the lock. A plain lock is a string: the hold token, then, once
---          someone waits, '*' and the ids of the waiting clients. A reentrant
---          lock, or one with metadata, is a hash: f = fencing token, o =
---          reentrant owner, n = extra holds, w = someone waits, m = metadata,
---          and a field named by each hold token. Releasing an awaited lock
---          publishes on the channel named like the key.
--- KEYS[2]  fence counter: the last token issued for this name.
+-- KEYS     K, F, Q, W (see lib.lua)
 -- ARGV[1]  hold token, unique per acquisition: the client id, '.', a
---          sequence number (never contains '*')
+--          sequence number
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  waiter mark: '0' never, '1' if taken, '2' always (default '0')
--- ARGV[4]  '' for a plain lock, '-' for a hash lock without reentrancy,
---          'r:' followed by the owner for a reentrant lock (default '')
--- ARGV[5]  metadata (hash locks only; may be absent)
+-- ARGV[3]  spec (see lib.lua; default 'p': a plain mutex)
+-- ARGV[4]  '0' (default) just try; '1' wait in line when the lock is taken;
+--          '2' the same, from a waiter that may have been given the lock
+-- ARGV[5]  '0' for Redlock: no order, no grants, a release wakes the first
+--          waiter; default '1'
+-- ARGV[6]  how long a waiter's place lasts unless refreshed, in ms
+-- ARGV[7]  chanbase: the channel of a client is chanbase .. its id
+-- ARGV[8]  metadata (default '')
 --
--- Returns the fencing token (> 0) when acquired, also when this hold token
--- already holds the lock (a retried acquisition, or a handoff); when taken,
--- -1 - the holder's remaining lease in ms.
+-- Returns, for a semaphore spec and when ARGV[4] is '2', an array of
+-- strings: the fencing token, the slot, and '1' if this hold token held the
+-- lock before this call (a waiter given the lock) else '0'; for others an
+-- integer: the fencing token. The token is
+-- > 0 when acquired, also when this hold token already holds the lock (a
+-- retried attempt, or a waiter that was given the lock); 0 when the name is
+-- held by another kind of lock (or a semaphore of other permits); when
+-- taken, -1 - the ms until the first hold ends.
+--
+-- A free lock goes to the waiters first: an acquisition does not overtake
+-- them, unless it is a reentrant owner's, which already holds the lock.
 
-local tok, lease = ARGV[1], ARGV[2]
-local mark, kind = ARGV[3] or '0', ARGV[4] or ''
+local tok, lease, spec = ARGV[1], ARGV[2], ARGV[3] or 'p'
 
--- fence issues the next token of this name: the counter plus one. A missing
--- counter (first use, expired, evicted, lost in a failover or a restart) is
--- started one second ahead of Redis TIME in microseconds, and lives for that
--- second only: the clock catches up with it as it expires. So tokens grow
--- with every acquisition (fewer than a million a second) while the counter
--- lives, whatever the clock does (Redis expires it by the same clock), and
--- grow across a restart of the counter as long as the Redis clock has not
--- gone back by more than the time since the last acquisition. After a
--- failover that lost the counter's last increments, they grow if the
--- failover took more than a second and the servers' clocks agree within
--- that margin. Tokens stay below 2^53: Lua numbers hold them exactly.
-local function fence()
-	local token = redis.call('incr', KEYS[2])
-	if token == 1 then
-		local now = redis.call('time')
-		-- a string: Redis < 7 formats Lua numbers with 14 digits
-		local s = (now[1] + 1) .. string.sub('00000' .. now[2], -6)
-		redis.call('set', KEYS[2], s, 'px', 1000)
-		token = tonumber(s)
-	end
-	return token
-end
-
-local function taken()
-	local pttl = redis.call('pttl', KEYS[1])
-	return -1 - math.max(pttl, 0)
-end
-
--- id of the client: the hold token up to its '.'
-local function id()
-	return string.sub(tok, 1, string.find(tok, '.', 1, true))
-end
-
-if kind == '' then
-	local v = tok
-	if mark == '2' then
-		v = v .. '*' .. id()
-	end
-	if redis.call('set', KEYS[1], v, 'nx', 'px', lease) then
-		return fence()
-	end
-elseif redis.call('exists', KEYS[1]) == 0 then
+-- the uncontended plain mutex: one SET
+local how = ARGV[4] or '0'
+if spec == 'p' and how ~= '2' and redis.call('exists', Q) == 0 and redis.call('set', K, tok, 'nx', 'px', lease) then
 	local token = fence()
-	local fields = {'f', string.format('%.0f', token), tok, '1'}
-	if kind ~= '-' then
-		fields[#fields + 1] = 'o'
-		fields[#fields + 1] = kind
-	end
-	if mark == '2' then
-		fields[#fields + 1] = 'w'
-		fields[#fields + 1] = '1'
-	end
-	if ARGV[5] and ARGV[5] ~= '' then
-		fields[#fields + 1] = 'm'
-		fields[#fields + 1] = ARGV[5]
-	end
-	redis.call('hset', KEYS[1], unpack(fields))
-	redis.call('pexpire', KEYS[1], lease)
+	redis.call('append', K, ' ' .. str(token))
 	return token
 end
 
--- taken, or already held by this very hold token
-local v = redis.pcall('get', KEYS[1])
-if type(v) == 'string' then
-	-- a plain lock
-	if v == tok or string.sub(v, 1, #tok + 1) == tok .. '*' then
-		-- ours: the reply of an earlier attempt was lost, or a releasing
-		-- client handed the lock over
-		return tonumber(redis.call('get', KEYS[2])) or fence()
+local wait, fifo = how ~= '0', ARGV[5] ~= '0'
+local ttl, chanbase, md = tonumber(ARGV[6]), ARGV[7], ARGV[8] or ''
+local strs = string.sub(spec, 1, 1) == 's' or how == '2'
+
+local function reply(token, slot, held)
+	if strs then
+		return {str(token), tostring(slot or 0), held and '1' or '0'}
 	end
-	if mark ~= '0' then
-		local me = id()
-		local star = string.find(v, '*', 1, true)
-		if not star then
-			redis.call('append', KEYS[1], '*' .. me)
-		elseif not string.find(v, me, star, true) then
-			redis.call('append', KEYS[1], me)
-		end
-	end
-	return taken()
+	return token
 end
 
--- a hash lock (GET failed with WRONGTYPE)
-if redis.call('hexists', KEYS[1], tok) == 1 then
-	return tonumber(redis.call('hget', KEYS[1], 'f'))
+local t = now()
+local st = load(t)
+if st.plain and st.plain == tok then
+	dequeue(tok)
+	return reply(tonumber(st.token), 0, true)
 end
-if kind ~= '' and kind ~= '-' and redis.call('hget', KEYS[1], 'o') == kind then
-	redis.call('hset', KEYS[1], tok, '1')
-	redis.call('hincrby', KEYS[1], 'n', 1)
-	if redis.call('pttl', KEYS[1]) < tonumber(lease) then
-		redis.call('pexpire', KEYS[1], lease)
+local mine = st.live[tok]
+if mine then
+	dequeue(tok)
+	return reply(tonumber(mine.token), tonumber(mine.x), true)
+end
+if mismatch(st, spec) then
+	return reply(0)
+end
+if room(st, spec) then
+	local reentry = string.sub(spec, 1, 1) == 'o' and st.n > 0
+	if reentry or not fifo then
+		local token, slot = add(st, tok, lease, spec, md, t)
+		if wait then
+			dequeue(tok)
+		end
+		return reply(token, slot)
 	end
-	return tonumber(redis.call('hget', KEYS[1], 'f'))
+	-- the waiters first, in order; this hold may be one of them
+	local token, slot = promote(st, t, chanbase, tok)
+	if token then
+		return reply(token, slot)
+	end
+	if not head(t) and room(st, spec) then
+		token, slot = add(st, tok, lease, spec, md, t)
+		return reply(token, slot)
+	end
 end
-if mark ~= '0' then
-	redis.call('hset', KEYS[1], 'w', '1')
+if wait then
+	enqueue(tok, t, ttl, lease, spec, md)
 end
-return taken()
+local first = redis.call('pttl', K)
+for _, h in pairs(st.live) do
+	first = math.min(first, h.e - t)
+end
+return reply(-1 - math.max(first, 0))

@@ -1,18 +1,25 @@
--- ttl.lua: the remaining lease of a lock that this hold still holds.
+-- ttl.lua: the lease left of a hold that still holds the lock. (lib.lua
+-- comes first: it describes the keys.)
 --
--- KEYS[1]  the lock (see acquire.lua)
+-- KEYS[1]  K (see lib.lua)
 -- ARGV[1]  hold token
--- ARGV[2]  '' for a plain (string) lock, 'h' for a hash lock (default '')
 --
--- Returns the remaining lease in ms, or -3 when not held.
-local tok, held = ARGV[1], false
-if (ARGV[2] or '') == '' then
-	local v = redis.pcall('get', KEYS[1])
-	held = v == tok or type(v) == 'string' and string.sub(v, 1, #tok + 1) == tok .. '*'
-else
-	held = redis.pcall('hexists', KEYS[1], tok) == 1
+-- Returns the lease left in ms, or -3 when not held.
+
+local tok = ARGV[1]
+local v = redis.pcall('get', K)
+if type(v) == 'string' then
+	if string.sub(v, 1, #tok + 1) ~= tok .. ' ' then
+		return -3
+	end
+	return redis.call('pttl', K)
 end
-if not held then
+if not v then
 	return -3
 end
-return redis.call('pttl', KEYS[1])
+local t = now()
+local h = load(t).live[tok]
+if not h then
+	return -3
+end
+return h.e - t

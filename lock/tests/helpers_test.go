@@ -1,7 +1,8 @@
-package lock_test
+package tests
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
@@ -13,10 +14,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
-	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/lock"
 	"github.com/seckilldev/seckill/lock/goredis"
-	rueidislock "github.com/seckilldev/seckill/lock/rueidis"
+	"github.com/seckilldev/seckill/lock/rueidislock"
+	"github.com/seckilldev/seckill/lock/tests/internal/testenv"
 )
 
 // adapter makes a lock.Redis for one Redis address.
@@ -107,6 +108,22 @@ func (c *counting) Eval(ctx context.Context, src string, keys, args []string) (i
 	return c.Redis.Eval(ctx, src, keys, args)
 }
 
+func (c *counting) EvalSHAStrings(ctx context.Context, sha string, keys, args []string) ([]string, error) {
+	c.evals.Add(1)
+	if c.fail.Load() {
+		return nil, errInjected
+	}
+	return c.Redis.EvalSHAStrings(ctx, sha, keys, args)
+}
+
+func (c *counting) EvalStrings(ctx context.Context, src string, keys, args []string) ([]string, error) {
+	c.evals.Add(1)
+	if c.fail.Load() {
+		return nil, errInjected
+	}
+	return c.Redis.EvalStrings(ctx, src, keys, args)
+}
+
 type injected struct{}
 
 func (injected) Error() string { return "injected failure" }
@@ -148,6 +165,15 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// waitInLine waits until n waiters are in the line of the lock name.
+func waitInLine(t testing.TB, c *lock.Client, name string, n int) {
+	t.Helper()
+	waitFor(t, 5*time.Second, fmt.Sprintf("%d waiters in line for %s", n, name), func() bool {
+		st, err := c.Inspect(context.Background(), name)
+		return err == nil && st.Waiters == n
+	})
 }
 
 // checkGoroutines fails the test if, once it and its cleanups are done, more

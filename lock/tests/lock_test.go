@@ -1,4 +1,4 @@
-package lock_test
+package tests
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/lock"
+	"github.com/seckilldev/seckill/lock/tests/internal/testenv"
 )
 
 // exclusion checks mutual exclusion instead of assuming it: every holder
@@ -462,8 +462,12 @@ func TestReentrant(t *testing.T) {
 		if _, err := c.TryLock(ctx, "re"); !errors.Is(err, lock.ErrNotObtained) {
 			t.Errorf("a plain lock: %v, want ErrNotObtained", err)
 		}
-		if n := raw.HGet(ctx, prefix+"{re}", "n").Val(); n != "2" {
-			t.Errorf("extra holds %q, want 2", n)
+		st, err := c.Inspect(ctx, "re")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Holds) != 3 || st.Kind != lock.KindMutex || st.Holds[0].Owner != "order-42" {
+			t.Errorf("Inspect: %+v, want 3 holds of owner order-42", st)
 		}
 		if md := raw.HGet(ctx, prefix+"{re}", "m").Val(); md != "outer" {
 			t.Errorf("metadata %q", md)
@@ -853,38 +857,6 @@ func TestKeys(t *testing.T) {
 			l.Unlock(ctx)
 		}
 	})
-}
-
-func TestRetryStrategies(t *testing.T) {
-	ms := time.Millisecond
-	for _, tc := range []struct {
-		name string
-		s    lock.RetryStrategy
-		want []time.Duration // for retries 1, 2, ...
-	}{
-		{"none", lock.NoRetry(), []time.Duration{0}},
-		{"linear", lock.LinearBackoff(5 * ms), []time.Duration{5 * ms, 5 * ms, 5 * ms}},
-		{"exponential", lock.ExponentialBackoff(2*ms, 10*ms), []time.Duration{2 * ms, 4 * ms, 8 * ms, 10 * ms, 10 * ms}},
-		{"limited", lock.LimitRetry(lock.LinearBackoff(ms), 2), []time.Duration{ms, ms, 0, 0}},
-		{"default", lock.DefaultRetry(), []time.Duration{250 * ms, 500 * ms, time.Second, 2 * time.Second, 2 * time.Second}},
-	} {
-		for i, want := range tc.want {
-			if got := tc.s.Backoff(i + 1); got != want {
-				t.Errorf("%s: Backoff(%d) = %v, want %v", tc.name, i+1, got, want)
-			}
-		}
-	}
-	// a strategy is a value: sharing it between goroutines is safe
-	s := lock.ExponentialBackoff(ms, time.Second)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for n := 1; n < 1000; n++ {
-				s.Backoff(n)
-			}
-		})
-	}
-	wg.Wait()
 }
 
 // TestManyNames: locks of many names from many goroutines.

@@ -5,10 +5,14 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
@@ -25,7 +29,7 @@ import (
 
 	"github.com/seckilldev/seckill/lock"
 	"github.com/seckilldev/seckill/lock/goredis"
-	rueidislock "github.com/seckilldev/seckill/lock/rueidis"
+	"github.com/seckilldev/seckill/lock/rueidislock"
 )
 
 // Locker is one library under test, with its own connections.
@@ -97,9 +101,19 @@ func (c *countingRedis) Eval(ctx context.Context, src string, keys, args []strin
 	return c.Redis.Eval(ctx, src, keys, args)
 }
 
-func (c *countingRedis) PSubscribe(ctx context.Context, pattern string, ready func(), msg func(string)) error {
+func (c *countingRedis) EvalSHAStrings(ctx context.Context, sha string, keys, args []string) ([]string, error) {
 	c.n.Add(1)
-	return c.Redis.PSubscribe(ctx, pattern, ready, msg)
+	return c.Redis.EvalSHAStrings(ctx, sha, keys, args)
+}
+
+func (c *countingRedis) EvalStrings(ctx context.Context, src string, keys, args []string) ([]string, error) {
+	c.n.Add(1)
+	return c.Redis.EvalStrings(ctx, src, keys, args)
+}
+
+func (c *countingRedis) Subscribe(ctx context.Context, channel string, ready func(), msg func(string)) error {
+	c.n.Add(1)
+	return c.Redis.Subscribe(ctx, channel, ready, msg)
 }
 
 // New connects the named locker to the Redis at addr; conns is the
@@ -228,6 +242,11 @@ type Result struct {
 	Commands int64
 	Errors   int64
 	CPU      time.Duration // used by this process (user+system)
+
+	// Cycles and commands in the middle half of the run: its steady
+	// state. Over the whole run, waiters that joined a line at its end
+	// count their command and not their acquisition.
+	MidOps, MidCommands int64
 }
 
 // CPUPerOp returns the CPU time this process spent per cycle.
@@ -242,8 +261,13 @@ func processCPU() time.Duration {
 // PerSecond returns cycles per second.
 func (r Result) PerSecond() float64 { return float64(r.Ops) / r.Elapsed.Seconds() }
 
-// PerOp returns Redis commands per cycle.
-func (r Result) PerOp() float64 { return float64(r.Commands) / float64(max(r.Ops, 1)) }
+// PerOp returns Redis commands per cycle, in the steady state when known.
+func (r Result) PerOp() float64 {
+	if r.MidOps > 0 {
+		return float64(r.MidCommands) / float64(r.MidOps)
+	}
+	return float64(r.Commands) / float64(max(r.Ops, 1))
+}
 
 // Uncontended runs lock+unlock cycles from g goroutines, each on its own
 // key, for d.
@@ -274,14 +298,26 @@ func critical(cs time.Duration, spin bool) func() {
 }
 
 func drive(ctx context.Context, l *Locker, g int, d time.Duration, key func(int) string, wait bool, cs func()) Result {
+	return driveFrom(ctx, l, g, time.Now(), d, key, wait, cs)
+}
+
+// driveFrom runs g goroutines from start (it waits for it) for d.
+func driveFrom(ctx context.Context, l *Locker, g int, start time.Time, d time.Duration, key func(int) string, wait bool, cs func()) Result {
 	// Calls are never cancelled midway (a cancelled acquisition may still
 	// take the lock in Redis): the goroutines stop at the deadline, and only
-	// cycles completed before it count.
+	// cycles completed before it count, as do the commands sent before it.
 	var ops, errs atomic.Int64
 	var wg sync.WaitGroup
-	start := time.Now()
+	time.Sleep(time.Until(start))
 	deadline := start.Add(d)
 	cmds := l.Commands()
+	var cmdsAtDeadline, opsQ1, cmdsQ1, opsQ3, cmdsQ3 atomic.Int64
+	stop := time.AfterFunc(d, func() { cmdsAtDeadline.Store(l.Commands()) })
+	defer stop.Stop()
+	q1 := time.AfterFunc(d/4, func() { opsQ1.Store(ops.Load()); cmdsQ1.Store(l.Commands()) })
+	defer q1.Stop()
+	q3 := time.AfterFunc(3*d/4, func() { opsQ3.Store(ops.Load()); cmdsQ3.Store(l.Commands()) })
+	defer q3.Stop()
 	cpu := processCPU()
 	for i := range g {
 		k := key(i)
@@ -306,7 +342,12 @@ func drive(ctx context.Context, l *Locker, g int, d time.Duration, key func(int)
 		})
 	}
 	wg.Wait()
-	return Result{Ops: ops.Load(), Elapsed: d, Commands: l.Commands() - cmds, Errors: errs.Load(), CPU: processCPU() - cpu}
+	end := cmdsAtDeadline.Load()
+	if end == 0 {
+		end = l.Commands()
+	}
+	return Result{Ops: ops.Load(), Elapsed: d, Commands: end - cmds, Errors: errs.Load(), CPU: processCPU() - cpu,
+		MidOps: opsQ3.Load() - opsQ1.Load(), MidCommands: cmdsQ3.Load() - cmdsQ1.Load()}
 }
 
 // Mutex runs the contended scenario on an in-process sync.Mutex: the best
@@ -344,6 +385,14 @@ type Config struct {
 	Critical    time.Duration // critical section of the contended run
 	Sections    []string      // kinds of critical section: "sleep", "spin"
 	Lockers     []string
+
+	// The contended run across processes: Procs processes of Exe (which
+	// must run Child when given ChildArgs), ProcGoroutines goroutines each,
+	// for Multi per locker per round and critical section kind.
+	Procs          int
+	ProcGoroutines int
+	Multi          time.Duration
+	Exe            string
 }
 
 // Report holds the results of Run, by locker name and round.
@@ -352,13 +401,15 @@ type Report struct {
 	Uncontended map[string][]Result
 	Contended   map[string]map[string][]Result // by section kind, then locker
 	Mutex       map[string][]Result            // by section kind
+	Procs       map[string]map[string][]Result // across processes: by section kind, then locker
 }
 
 // Run measures every locker, alternating between them round by round so
 // that a noisy machine hurts all of them alike.
 func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	rep := &Report{Config: cfg, Uncontended: map[string][]Result{},
-		Contended: map[string]map[string][]Result{}, Mutex: map[string][]Result{}}
+		Contended: map[string]map[string][]Result{}, Mutex: map[string][]Result{},
+		Procs: map[string]map[string][]Result{}}
 	lockers := map[string]*Locker{}
 	defer func() {
 		for _, l := range lockers {
@@ -399,11 +450,97 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 			}
 			rep.Mutex[kind] = append(rep.Mutex[kind], Mutex(cfg.Goroutines, cfg.Contended, cfg.Critical, spin))
 		}
+		for _, kind := range cfg.Sections {
+			if cfg.Procs <= 0 || cfg.Multi <= 0 {
+				break
+			}
+			if rep.Procs[kind] == nil {
+				rep.Procs[kind] = map[string][]Result{}
+			}
+			for _, name := range rotate(cfg.Lockers, round) {
+				r, err := procs(ctx, cfg, name, kind == "spin")
+				if err != nil {
+					return rep, err
+				}
+				rep.Procs[kind][name] = append(rep.Procs[kind][name], r)
+				fmt.Fprintf(progress, "round %d processes/%-6s %-13s %8.0f/s  %.2f cmds/op  %d errors\n",
+					round+1, kind, name, r.PerSecond(), r.PerOp(), r.Errors)
+			}
+		}
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
 	}
 	return rep, nil
+}
+
+// ChildConfig is what one process of the contended run across processes
+// does (see Child).
+type ChildConfig struct {
+	Locker, Addr, Prefix string
+	Conns                int
+	Goroutines           int
+	Start                time.Time // when all processes begin, together
+	Duration, Critical   time.Duration
+	Spin                 bool
+}
+
+// Args returns the command-line arguments that make lockbench run cc.
+func (cc ChildConfig) Args() []string {
+	return []string{"-child", "-lockers", cc.Locker, "-addr", cc.Addr, "-prefix", cc.Prefix,
+		"-conns", strconv.Itoa(cc.Conns), "-g", strconv.Itoa(cc.Goroutines),
+		"-start", strconv.FormatInt(cc.Start.UnixNano(), 10), "-dc", cc.Duration.String(),
+		"-cs", cc.Critical.String(), "-spin=" + strconv.FormatBool(cc.Spin)}
+}
+
+// Child is one process of the contended run across processes: it connects,
+// warms up (connections, scripts, subscription), then from cc.Start runs
+// cc.Goroutines goroutines that take the key every process takes, hold it
+// for cc.Critical and release it, for cc.Duration.
+func Child(ctx context.Context, cc ChildConfig) (Result, error) {
+	l, err := New(cc.Locker, cc.Addr, cc.Prefix, cc.Conns)
+	if err != nil {
+		return Result{}, err
+	}
+	defer l.Close()
+	warm := fmt.Sprintf("warm%d", os.Getpid())
+	drive(ctx, l, 2, 100*time.Millisecond, func(int) string { return warm }, true, nil)
+	if time.Until(cc.Start) <= 0 {
+		return Result{}, fmt.Errorf("bench: child ready %v after the start", -time.Until(cc.Start))
+	}
+	return driveFrom(ctx, l, cc.Goroutines, cc.Start, cc.Duration, func(int) string { return "procs" }, true,
+		critical(cc.Critical, cc.Spin)), nil
+}
+
+// procs runs the contended run across processes for one locker: cfg.Procs
+// children, started together, and the sum of their results.
+func procs(ctx context.Context, cfg Config, name string, spin bool) (Result, error) {
+	cc := ChildConfig{Locker: name, Addr: cfg.Addr, Prefix: cfg.Prefix + name + ":", Conns: cfg.Conns,
+		Goroutines: cfg.ProcGoroutines, Start: time.Now().Add(3 * time.Second),
+		Duration: cfg.Multi, Critical: cfg.Critical, Spin: spin}
+	outs := make([]bytes.Buffer, cfg.Procs)
+	errs := make([]error, cfg.Procs)
+	var wg sync.WaitGroup
+	for i := range cfg.Procs {
+		cmd := exec.CommandContext(ctx, cfg.Exe, cc.Args()...)
+		cmd.Stdout, cmd.Stderr = &outs[i], os.Stderr
+		wg.Go(func() { errs[i] = cmd.Run() })
+	}
+	wg.Wait()
+	sum := Result{Elapsed: cfg.Multi}
+	for i := range cfg.Procs {
+		var r Result
+		if err := errors.Join(errs[i], json.Unmarshal(outs[i].Bytes(), &r)); err != nil {
+			return sum, fmt.Errorf("bench: process %d of %s: %w", i, name, err)
+		}
+		sum.Ops += r.Ops
+		sum.Commands += r.Commands
+		sum.MidOps += r.MidOps
+		sum.MidCommands += r.MidCommands
+		sum.Errors += r.Errors
+		sum.CPU += r.CPU
+	}
+	return sum, nil
 }
 
 // rotate starts the order at a different locker in each round.
@@ -483,6 +620,33 @@ func (rep *Report) Print(w io.Writer) {
 		for _, name := range cfg.Lockers {
 			ps, po, errs := rates(res[name])
 			fmt.Fprintf(tw, "%s\t%.0f\t%.1f%%\t%.1f%%\t%.2f\t%d\t\n", name, ps, 100*ps/ideal, 100*ps/mps, po, errs)
+		}
+		tw.Flush()
+	}
+	rep.printProcs(w)
+}
+
+// printProcs writes the table of the contended run across processes.
+func (rep *Report) printProcs(w io.Writer) {
+	cfg := rep.Config
+	ideal := float64(time.Second) / float64(cfg.Critical)
+	for _, kind := range cfg.Sections {
+		res := rep.Procs[kind]
+		if len(res) == 0 {
+			continue
+		}
+		how := "time.Sleep"
+		if kind == "spin" {
+			how = "busy loop"
+		}
+		fmt.Fprintf(w, "\nContended across processes: %d processes x %d goroutines, one key, %v critical section (%s); median of %d rounds of %v\n",
+			cfg.Procs, cfg.ProcGoroutines, cfg.Critical, how, cfg.Rounds, cfg.Multi)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "locker\tacquisitions/s\t% of ideal\tx redsync\tx redislock\tcmds/acquisition\terrors\t")
+		for _, name := range cfg.Lockers {
+			ps, po, errs := rates(res[name])
+			fmt.Fprintf(tw, "%s\t%.0f\t%.1f%%\t%s\t%s\t%.2f\t%d\t\n", name, ps, 100*ps/ideal,
+				ratioCell(res, name, Redsync), ratioCell(res, name, Redislock), po, errs)
 		}
 		tw.Flush()
 	}

@@ -1,4 +1,4 @@
-package lock_test
+package tests
 
 import (
 	"cmp"
@@ -14,10 +14,10 @@ import (
 	"github.com/redis/rueidis"
 	_ "modernc.org/sqlite"
 
-	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/lock"
 	"github.com/seckilldev/seckill/lock/goredis"
-	rueidislock "github.com/seckilldev/seckill/lock/rueidis"
+	"github.com/seckilldev/seckill/lock/rueidislock"
+	"github.com/seckilldev/seckill/lock/tests/internal/testenv"
 )
 
 // The examples talk to the Redis on 127.0.0.1:6379 (SECKILL_TEST_REDIS
@@ -143,10 +143,14 @@ func ExampleWithReentrant() {
 	// after both: <nil>
 }
 
-// The fencing token protects the data when the lock itself fails: here the
-// first holder stalls past its lease (a GC pause, a stopped VM), a second
-// holder takes the lock and writes, and the first one's late write is
-// refused by the database, which keeps the largest token it has seen.
+// The fencing token protects the data when the lock itself fails: here
+// holder A reads the stock and stalls past its lease (a GC pause, a stopped
+// VM); holder B takes the lock, reads and writes; A wakes up and writes
+// what it computed from a stale read. The database keeps the largest token
+// it has seen, and every access claims it, the read included: B's read
+// already refused A, so A's write changes nothing. (Had A's read not
+// claimed its token, its write would have been accepted, B's too, and one
+// sale lost.)
 func Example_fencing() {
 	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
 	defer rdb.Close()
@@ -156,21 +160,28 @@ func Example_fencing() {
 
 	db, _ := sql.Open("sqlite", ":memory:")
 	defer db.Close()
+	db.SetMaxOpenConns(1)
 	db.Exec(`CREATE TABLE stock (id INTEGER PRIMARY KEY, qty INTEGER, fence INTEGER NOT NULL DEFAULT 0)`)
 	db.Exec(`INSERT INTO stock (id, qty) VALUES (42, 100)`)
-	// The write succeeds only with a token at least as large as the last
-	// one used on this row.
+	// read claims the row for token: it fails once a larger token has
+	// been here.
+	read := func(token int64) (qty int, ok bool) {
+		err := db.QueryRow(`UPDATE stock SET fence = ?1 WHERE id = 42 AND fence <= ?1 RETURNING qty`, token).Scan(&qty)
+		return qty, err == nil
+	}
 	write := func(token int64, qty int) bool {
-		res, _ := db.Exec(`UPDATE stock SET qty = ?, fence = ? WHERE id = 42 AND fence <= ?`, qty, token, token)
+		res, _ := db.Exec(`UPDATE stock SET qty = ?1, fence = ?2 WHERE id = 42 AND fence <= ?2`, qty, token)
 		n, _ := res.RowsAffected()
 		return n == 1
 	}
 
 	a, _ := locks.TryLock(ctx, "stock:42", lock.WithTTL(500*time.Millisecond))
+	qtyA, _ := read(a.Token())
 	time.Sleep(600 * time.Millisecond) // A stalls; its lease runs out
 	b, _ := locks.TryLock(ctx, "stock:42")
-	fmt.Println("B writes:", write(b.Token(), 99))
-	fmt.Println("A writes late:", write(a.Token(), 98))
+	qtyB, _ := read(b.Token())
+	fmt.Println("B writes:", write(b.Token(), qtyB-1))
+	fmt.Println("A writes late:", write(a.Token(), qtyA-1))
 	b.Unlock(ctx)
 
 	var qty int
@@ -180,6 +191,105 @@ func Example_fencing() {
 	// B writes: true
 	// A writes late: false
 	// qty: 99
+}
+
+// Data in Redis is fenced by scripts that start with lock.FenceLua and
+// call fence on every access, reads included.
+func ExampleFenceLua() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := lock.New(goredis.New(rdb), lock.WithPrefix(examplePrefix))
+	defer locks.Close()
+	ctx := context.Background()
+
+	decr := redis.NewScript(lock.FenceLua + `
+if not fence(KEYS[2], ARGV[1]) then return redis.error_reply('FENCED a newer holder was here') end
+return redis.call('decr', KEYS[1])`)
+	keys := []string{examplePrefix + "qty:{7}", examplePrefix + "qty:{7}:fence"}
+	rdb.Set(ctx, keys[0], 10, time.Minute)
+
+	old, _ := locks.TryLock(ctx, "stock:7", lock.WithTTL(100*time.Millisecond))
+	time.Sleep(150 * time.Millisecond) // old's lease runs out
+	cur, _ := locks.TryLock(ctx, "stock:7")
+	fmt.Println(decr.Run(ctx, rdb, keys, cur.Token()).Val())
+	fmt.Println(decr.Run(ctx, rdb, keys, old.Token()).Err())
+	cur.Unlock(ctx)
+	rdb.Del(ctx, keys...)
+	// Output:
+	// 9
+	// FENCED a newer holder was here
+}
+
+// A semaphore: at most 2 holders at once; each permit has a slot and a
+// fencing token.
+func ExampleClient_Semaphore() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := lock.New(goredis.New(rdb), lock.WithPrefix(examplePrefix))
+	defer locks.Close()
+	ctx := context.Background()
+
+	renders := locks.Semaphore("pdf-render", 2)
+	p1, _ := renders.Acquire(ctx)
+	p2, _ := renders.Acquire(ctx)
+	_, err := renders.TryAcquire(ctx)
+	fmt.Println("slots:", p1.Slot(), p2.Slot(), "third:", err)
+	p1.Unlock(ctx)
+	p3, _ := renders.TryAcquire(ctx)
+	fmt.Println("after a release: slot", p3.Slot())
+	p2.Unlock(ctx)
+	p3.Unlock(ctx)
+	// Output:
+	// slots: 0 1 third: lock: not obtained
+	// after a release: slot 0
+}
+
+// A read-write lock: readers together, a writer alone.
+func ExampleClient_RWLock() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := lock.New(goredis.New(rdb), lock.WithPrefix(examplePrefix))
+	defer locks.Close()
+	ctx := context.Background()
+
+	catalog := locks.RWLock("catalog")
+	r1, _ := catalog.RLock(ctx)
+	r2, err := catalog.TryRLock(ctx)
+	fmt.Println("second reader:", err)
+	_, err = catalog.TryLock(ctx)
+	fmt.Println("writer:", err)
+	r1.Unlock(ctx)
+	r2.Unlock(ctx)
+	w, err := catalog.TryLock(ctx)
+	fmt.Println("writer after the readers:", err)
+	w.Unlock(ctx)
+	// Output:
+	// second reader: <nil>
+	// writer: lock: not obtained
+	// writer after the readers: <nil>
+}
+
+// Inspect shows who holds a lock; ForceUnlock removes it and says what it
+// removed.
+func ExampleClient_ForceUnlock() {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	defer rdb.Close()
+	locks := lock.New(goredis.New(rdb), lock.WithPrefix(examplePrefix))
+	defer locks.Close()
+	ctx := context.Background()
+
+	held, _ := locks.TryLock(ctx, "nightly-report", lock.WithMetadata("host-7 pid 4242"))
+	st, _ := locks.Inspect(ctx, "nightly-report")
+	fmt.Println(st.Kind, len(st.Holds), st.Holds[0].Metadata, st.Holds[0].Token == held.Token())
+
+	removed, _ := locks.ForceUnlock(ctx, "nightly-report")
+	fmt.Println("removed:", removed.Holds[0].Metadata)
+	locked, _ := locks.IsLocked(ctx, "nightly-report")
+	fmt.Println("locked:", locked)
+	// Output:
+	// mutex 1 host-7 pid 4242 true
+	// removed: host-7 pid 4242
+	// locked: false
 }
 
 // Lock.Context ends as soon as the lock is known lost: here someone deletes
@@ -222,7 +332,7 @@ func ExampleNewRedlock() {
 	// <nil>
 }
 
-func Example_rueidis() {
+func ExampleNew_rueidis() {
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{exampleAddr}})
 	if err != nil {
 		panic(err)

@@ -1,0 +1,260 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckilldev/seckill/lock"
+	"github.com/seckilldev/seckill/lock/goredis"
+	"github.com/seckilldev/seckill/lock/tests/internal/testenv"
+)
+
+// TestNestedHoldNeverShortens is the regression test of a safety bug: a
+// nested reentrant hold with a shorter lease (an Extend, or a watchdog's
+// renewals) set the lease of the whole key, so another owner took the lock
+// while the outer hold, with 10 s of its fixed lease left, still believed it
+// held it. Each hold now has its own expiry, and the key lives as long as
+// the longest.
+func TestNestedHoldNeverShortens(t *testing.T) {
+	forEachAdapter(t, func(t *testing.T, a adapter, r lock.Redis, prefix string) {
+		c := newClient(t, r, prefix)
+		ctx := ctxTimeout(t, 20*time.Second)
+		for _, how := range []string{"extend", "watchdog"} {
+			t.Run(how, func(t *testing.T) {
+				name := "nest-" + how
+				me := lock.WithReentrant("job")
+				outer, err := c.TryLock(ctx, name, me, lock.WithTTL(10*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer outer.Unlock(ctx)
+				if how == "extend" {
+					inner, err := c.TryLock(ctx, name, me, lock.WithTTL(10*time.Second))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := inner.Extend(ctx, 200*time.Millisecond); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					// renewed to 300 ms every 100 ms, then released
+					inner, err := c.TryLock(ctx, name, me, lock.WithWatchdog(300*time.Millisecond))
+					if err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(200 * time.Millisecond)
+					if err := inner.Unlock(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				time.Sleep(500 * time.Millisecond) // past the inner lease
+				valid := outer.ValidUntil()
+				other, err := c.TryLock(ctx, name, lock.WithReentrant("other"))
+				switch {
+				case err == nil:
+					defer other.Unlock(ctx)
+					if time.Now().Before(valid) {
+						t.Errorf("another owner took the lock while the outer hold is valid for %v more", time.Until(valid))
+					}
+				case !errors.Is(err, lock.ErrNotObtained):
+					t.Fatal(err)
+				}
+				if ttl, err := outer.TTL(ctx); err != nil || ttl < 8*time.Second {
+					t.Errorf("outer hold's TTL %v, %v: want its own 10 s lease", ttl, err)
+				}
+			})
+		}
+	})
+}
+
+// TestExtendUnderWatchdog: Extend under a watchdog sets the watchdog's
+// lease. A longer one is not undone by the next renewal; a shorter one is
+// renewed often enough, not lost.
+func TestExtendUnderWatchdog(t *testing.T) {
+	forEachAdapter(t, func(t *testing.T, a adapter, r lock.Redis, prefix string) {
+		c := newClient(t, r, prefix)
+		ctx := ctxTimeout(t, 20*time.Second)
+		const lease = 600 * time.Millisecond
+
+		long, err := c.Lock(ctx, "ext-long", lock.WithWatchdog(lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := long.Extend(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(lease) // a renewal of the old lease would come after lease/3
+		if ttl, err := long.TTL(ctx); err != nil || ttl < 50*time.Second {
+			t.Errorf("TTL %v, %v after Extend(1m): the renewal undid the extension", ttl, err)
+		}
+		long.Unlock(ctx)
+
+		short, err := c.Lock(ctx, "ext-short", lock.WithWatchdog(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := short.Extend(ctx, 300*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // three short leases
+		select {
+		case <-short.Done():
+			t.Fatalf("lost after Extend(300ms) under a watchdog: %v", context.Cause(short.Context()))
+		default:
+		}
+		if ttl, err := short.TTL(ctx); err != nil || ttl > 300*time.Millisecond {
+			t.Errorf("TTL %v, %v: want the 300 ms lease, renewed", ttl, err)
+		}
+		if err := short.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestOptionConflict: WithTTL and WithWatchdog both set the lease; given
+// both, the acquisition fails instead of one silently winning.
+func TestOptionConflict(t *testing.T) {
+	forEachAdapter(t, func(t *testing.T, a adapter, r lock.Redis, prefix string) {
+		c := newClient(t, r, prefix)
+		ctx := ctxTimeout(t, 10*time.Second)
+		for _, opts := range [][]lock.LockOption{
+			{lock.WithTTL(time.Second), lock.WithWatchdog(time.Second)},
+			{lock.WithWatchdog(time.Second), lock.WithTTL(time.Second)},
+		} {
+			if _, err := c.TryLock(ctx, "opt", opts...); !errors.Is(err, lock.ErrOption) {
+				t.Errorf("TryLock: %v, want ErrOption", err)
+			}
+			if _, err := c.Lock(ctx, "opt", opts...); !errors.Is(err, lock.ErrOption) {
+				t.Errorf("Lock: %v, want ErrOption", err)
+			}
+		}
+		l, err := c.TryLock(ctx, "opt", lock.WithTTL(time.Second), lock.WithTTL(2*time.Second))
+		if err != nil {
+			t.Fatalf("the same option twice: %v", err)
+		}
+		l.Unlock(ctx)
+	})
+}
+
+// hanging is a Redis whose scripts hang until their context ends, as with a
+// client that honours deadlines and a server that does not answer.
+type hanging struct {
+	lock.Redis
+	hang chan struct{} // closed: hang
+}
+
+func (h *hanging) EvalSHA(ctx context.Context, sha string, keys, args []string) (int64, error) {
+	select {
+	case <-h.hang:
+		<-ctx.Done()
+		return 0, ctx.Err()
+	default:
+	}
+	return h.Redis.EvalSHA(ctx, sha, keys, args)
+}
+
+func (h *hanging) EvalSHAStrings(ctx context.Context, sha string, keys, args []string) ([]string, error) {
+	select {
+	case <-h.hang:
+		<-ctx.Done()
+		return nil, ctx.Err()
+	default:
+	}
+	return h.Redis.EvalSHAStrings(ctx, sha, keys, args)
+}
+
+// TestContextEndsDuringAttempt: when ctx ends while an attempt is under
+// way, the error matches ErrNotObtained as well as the context's error (it
+// was a bare DeadlineExceeded).
+func TestContextEndsDuringAttempt(t *testing.T) {
+	forEachAdapter(t, func(t *testing.T, a adapter, r lock.Redis, prefix string) {
+		ctx := ctxTimeout(t, 20*time.Second)
+		holder := newClient(t, r, prefix)
+		held, err := holder.TryLock(ctx, "inflight")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Unlock(ctx)
+
+		h := &hanging{Redis: r, hang: make(chan struct{})}
+		c := newClient(t, h, prefix)
+		close(h.hang)
+		for _, call := range []string{"TryLock", "Lock"} {
+			wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			var err error
+			if call == "TryLock" {
+				_, err = c.TryLock(wctx, "inflight")
+			} else {
+				_, err = c.Lock(wctx, "inflight")
+			}
+			cancel()
+			if !errors.Is(err, lock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s: %v, want ErrNotObtained and DeadlineExceeded", call, err)
+			}
+		}
+
+		// and while a waiter polls: its first attempt finds the lock taken,
+		// the polls hang
+		h2 := &hanging{Redis: r, hang: make(chan struct{})}
+		c2 := newClient(t, h2, prefix)
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		errs := make(chan error, 1)
+		go func() {
+			_, err := c2.Lock(wctx, "inflight", lock.WithRetry(lock.LinearBackoff(20*time.Millisecond)))
+			errs <- err
+		}()
+		time.Sleep(50 * time.Millisecond)
+		close(h2.hang)
+		if err := <-errs; !errors.Is(err, lock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Lock with a poll under way: %v, want ErrNotObtained and DeadlineExceeded", err)
+		}
+	})
+}
+
+// TestRedlockHungNode: one of five nodes hangs (SIGSTOP) and the go-redis
+// clients do not honour context deadlines (no ContextTimeoutEnabled): the
+// read timeout, 3 s, is longer than the lease. Redlock stops waiting for the
+// node after its own per-node timeout, so TryLock succeeds with the other
+// four; it used to wait for the hung node and fail, the validity elapsed.
+func TestRedlockHungNode(t *testing.T) {
+	var nodes []lock.Redis
+	var servers []*testenv.RedisServer
+	for range 5 {
+		s := testenv.StartRedis(t)
+		servers = append(servers, s)
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		nodes = append(nodes, goredis.New(c))
+	}
+	c := lock.NewRedlock(nodes, lock.WithPrefix("hung:"))
+	t.Cleanup(func() { c.Close() })
+	ctx := ctxTimeout(t, 30*time.Second)
+	// the clients' connections exist before the node hangs
+	l, err := c.TryLock(ctx, "warm", lock.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Unlock(ctx)
+
+	if err := servers[4].Signal(sigStop); err != nil {
+		t.Fatal(err)
+	}
+	defer servers[4].Signal(sigCont)
+	for i := range 3 {
+		l, err := c.TryLock(ctx, "x", lock.WithTTL(2*time.Second))
+		if err != nil {
+			t.Fatalf("attempt %d with 4 of 5 nodes up: %v", i, err)
+		}
+		if tok := l.Tokens(); tok[4] != 0 || tok[0] == 0 {
+			t.Errorf("tokens %v, want none from the hung node", tok)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("Unlock with 4 of 5 nodes up: %v", err)
+		}
+	}
+}
