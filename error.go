@@ -15,7 +15,18 @@ const (
 	EENDED        = "ended"
 	EUNAVAILABLE  = "unavailable"
 	EINTERNAL     = "internal"
+
+	// The order state machine refuses a transition (HTTP 409).
+	EORDEREXPIRED   = "order_expired"         // pay or cancel of an expired order, or pay past the deadline
+	EORDERCANCELLED = "order_cancelled"       // pay of a cancelled order
+	EORDERPAID      = "order_paid"            // cancel of a paid order, or pay under another idempotency key
+	ENOTPAYABLE     = "order_not_payable"     // pay of a pending or failed order, or in a sale without payment
+	ENOTCANCELLABLE = "order_not_cancellable" // cancel of a pending or failed order
 )
+
+// ErrFenced is returned by a write that carries a fencing token lower than
+// one the database has seen: the writer lost its lock.
+var ErrFenced = errors.New("seckill: write refused: a newer fencing token was seen")
 
 // Error is an error meant for the caller: a code from the list above and a
 // human-readable message. Any other error is internal.

@@ -76,6 +76,12 @@ type Activity struct {
 	Remaining int64     `json:"remaining"`
 	StartsAt  time.Time `json:"starts_at"`
 	EndsAt    time.Time `json:"ends_at"`
+	// PayWithin is the payment window: a confirmed order must be paid
+	// within it, or it expires and its unit goes back on sale. 0: the sale
+	// has no payment step and orders end at confirmed.
+	PayWithin time.Duration `json:"-"`
+	// Rebuy lets a buyer whose order was cancelled or expired grab again.
+	Rebuy bool `json:"-"`
 }
 
 // Validate reports the first field that makes a an invalid new activity.
@@ -97,11 +103,18 @@ func (a *Activity) Validate() error {
 		return Errorf(EINVALID, "ends_at must be after starts_at")
 	case a.EndsAt.Sub(a.StartsAt) > MaxSaleWindow:
 		return Errorf(EINVALID, "a sale may last at most 366 days")
+	case a.PayWithin < 0 || a.PayWithin > MaxPayWithin:
+		return Errorf(EINVALID, "the payment window must lie between 0 and 7 days")
+	case a.PayWithin%time.Second != 0:
+		return Errorf(EINVALID, "the payment window must be whole seconds")
 	case a.StartsAt.Year() < 2000 || a.EndsAt.Year() > 9999:
 		return Errorf(EINVALID, "starts_at and ends_at must lie between the years 2000 and 9999")
 	}
 	return nil
 }
+
+// MaxPayWithin bounds an activity's payment window.
+const MaxPayWithin = 7 * 24 * time.Hour
 
 // OrderStatus is what a buyer is told about an order.
 type OrderStatus string
@@ -113,7 +126,31 @@ const (
 	OrderConfirmed OrderStatus = "confirmed"
 	// OrderFailed: the order could not be created; its stock was given back.
 	OrderFailed OrderStatus = "failed"
+	// OrderPaid: the buyer paid a confirmed order before its deadline.
+	OrderPaid OrderStatus = "paid"
+	// OrderCancelled: the buyer (or an admin) cancelled a confirmed order;
+	// its unit went back on sale.
+	OrderCancelled OrderStatus = "cancelled"
+	// OrderExpired: a confirmed order was not paid by its deadline; its
+	// unit went back on sale.
+	OrderExpired OrderStatus = "expired"
 )
+
+// The order state machine. The database enforces it with conditional
+// updates; these are the only transitions, each made at most once:
+//
+//	pending -> confirmed -> paid
+//	                     -> cancelled
+//	                     -> expired
+//	pending -> failed
+//
+// A paid order never expires nor is cancelled; a cancelled or expired one
+// is never paid. Live orders hold a unit of stock: confirmed and paid ones
+// (and pending ones, in Redis).
+
+// Live reports whether an order in state s holds a unit of stock in the
+// database.
+func (s OrderStatus) Live() bool { return s == OrderConfirmed || s == OrderPaid }
 
 // Failure reasons recorded for failed orders.
 const (
@@ -130,6 +167,72 @@ type Order struct {
 	Status     OrderStatus `json:"status"`
 	Reason     string      `json:"reason,omitempty"`
 	CreatedAt  time.Time   `json:"created_at"`
+	// PayBy is the payment deadline of a confirmed order of a sale with a
+	// payment step (set when the order is confirmed: confirmation time +
+	// the activity's PayWithin); zero otherwise.
+	PayBy time.Time `json:"-"`
+	// PaidAt, PaymentRef and PaymentKey are set on a paid order: when, the
+	// payment provider's reference, and the idempotency key of the call
+	// that paid it ("" when the call gave none).
+	PaidAt     time.Time `json:"-"`
+	PaymentRef string    `json:"-"`
+	PaymentKey string    `json:"-"`
+	// ClosedAt is when a cancelled or expired order was closed.
+	ClosedAt time.Time `json:"-"`
+}
+
+// Payment is a request to record that a buyer paid an order.
+type Payment struct {
+	OrderID int64
+	// UserID is the buyer paying (0: an admin or the payment provider's
+	// callback, for any buyer). An order of another user is not found.
+	UserID int64
+	// Ref is the payment provider's reference (1 to 128 bytes).
+	Ref string
+	// Key is the caller's idempotency key (0 to 128 bytes; "": the order
+	// id itself is the key).
+	Key string
+	// Now is the time of the payment: it must lie before the deadline.
+	Now time.Time
+}
+
+// Fence is a fencing token claimed by a writer that holds a lock named Name:
+// the database refuses the write if it has seen a higher token for Name.
+type Fence struct {
+	Name  string
+	Token int64
+}
+
+// Return is a unit of stock given back by a cancelled or expired order. The
+// database half (remaining + 1) is committed with the order's state change;
+// the Redis half (stock + 1, the buyer's mark) follows, and Restocked records
+// that it was done, so that a crash in between is repaired exactly once.
+type Return struct {
+	OrderID    int64
+	ActivityID int64
+	UserID     int64
+	Status     OrderStatus // OrderCancelled or OrderExpired
+	Rebuy      bool        // the activity's Rebuy: whether the buyer's mark goes too
+	ReturnedAt time.Time
+}
+
+// StateCounts counts the orders of an activity by state, as the database
+// holds them (pending orders are in Redis only).
+type StateCounts map[OrderStatus]int64
+
+// Loaded is what Redis is rebuilt from, read from the database in one
+// consistent snapshot.
+type Loaded struct {
+	Activity Activity
+	// Buyers holds, for each user who may not grab again, their order:
+	// the live orders, and the cancelled or expired ones of an activity
+	// without Rebuy.
+	Buyers []Buyer
+	// Returned lists the orders whose units were returned (cancelled or
+	// expired): the receipts of the Redis halves already reflected here.
+	Returned []int64
+	// LastOrderID is the highest order id of the activity in the database.
+	LastOrderID int64
 }
 
 // OrderRequest is an accepted grab travelling from Redis to the database.
@@ -149,6 +252,13 @@ type Outcome struct {
 	ExistingOrderID int64
 }
 
+// Cursor is a position in a list of orders sorted newest first: the
+// creation time and id of the last order of the previous page.
+type Cursor struct {
+	CreatedAt time.Time
+	OrderID   int64
+}
+
 // Buyer is a user who holds an order in an activity.
 type Buyer struct {
 	UserID  int64
@@ -166,10 +276,11 @@ type Store interface {
 	Activity(ctx context.Context, id int64) (Activity, error)
 	// Activities lists the activities that have not ended before since.
 	Activities(ctx context.Context, since time.Time) ([]Activity, error)
-	// Buyers lists the confirmed orders of an activity (to rebuild Redis).
+	// Buyers lists the live (confirmed or paid) orders of an activity: the
+	// units the database holds (to reconcile Redis).
 	Buyers(ctx context.Context, activityID int64) ([]Buyer, error)
 	// LastOrderID returns the highest order id in the activity's id range
-	// (see OrderID) that the database holds, confirmed or failed; 0 if none.
+	// (see OrderID) that the database holds, in any state or failed; 0 if none.
 	// A rebuilt Redis issues ids past it.
 	LastOrderID(ctx context.Context, activityID int64) (int64, error)
 
@@ -183,9 +294,46 @@ type Store interface {
 	// FailOrders records the requests as failed with the reason, unless an
 	// outcome is already recorded; it returns the outcome in force for each.
 	FailOrders(ctx context.Context, reqs []OrderRequest, reason string) ([]Outcome, error)
-	// Order returns a confirmed or failed order; ENOTFOUND if the database
-	// has no outcome for it (yet).
+	// Order returns an order the database holds (any state but pending);
+	// ENOTFOUND if the database has no outcome for it (yet).
 	Order(ctx context.Context, id int64) (Order, error)
+
+	// Load reads, in one consistent snapshot, what Redis is rebuilt from.
+	// ENOTFOUND if the activity does not exist.
+	Load(ctx context.Context, activityID int64) (Loaded, error)
+
+	// Pay moves a confirmed order whose deadline lies after p.Now to paid,
+	// with one conditional update. Repeated on the paid order with the same
+	// key it returns the order unchanged. Errors: ENOTFOUND (no such order
+	// in the database, or of another user), EORDEREXPIRED (expired, or
+	// confirmed past its deadline), EORDERCANCELLED, ENOTPAYABLE (failed,
+	// or a sale without a payment step), EORDERPAID (paid under another
+	// key), EINVALID (ref or key out of bounds).
+	Pay(ctx context.Context, p Payment) (Order, error)
+	// Cancel moves a confirmed order of user uid (0: any user) to
+	// cancelled and records its Return (remaining + 1) in one transaction.
+	// Repeated on the cancelled order it returns the order unchanged.
+	// Errors: ENOTFOUND, EORDERPAID, EORDEREXPIRED, ENOTCANCELLABLE (failed).
+	Cancel(ctx context.Context, orderID, uid int64, now time.Time) (Order, Return, error)
+	// Expire moves up to limit confirmed orders whose deadline is at or
+	// before now to expired, with their Returns, in one transaction that
+	// first claims the fence: if the database has seen a higher token for
+	// f.Name, nothing is written and ErrFenced is returned.
+	Expire(ctx context.Context, f Fence, now time.Time, limit int) ([]Return, error)
+	// NextDeadline returns the earliest deadline of a confirmed order, and
+	// false if none has one.
+	NextDeadline(ctx context.Context) (time.Time, bool, error)
+	// PendingReturns lists up to limit returns whose Redis half is not
+	// recorded as done, oldest first.
+	PendingReturns(ctx context.Context, limit int) ([]Return, error)
+	// Restocked records that the Redis halves of these returns are done.
+	Restocked(ctx context.Context, orderIDs []int64) error
+	// UserOrders lists the orders of a user that the database holds
+	// (failed ones included), newest first: those created before the
+	// cursor (zero Cursor: from the newest), at most limit.
+	UserOrders(ctx context.Context, uid int64, before Cursor, limit int) ([]Order, error)
+	// StateCounts counts an activity's orders by state.
+	StateCounts(ctx context.Context, activityID int64) (StateCounts, error)
 
 	Ping(ctx context.Context) error
 	Close() error

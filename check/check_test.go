@@ -1,6 +1,7 @@
 package check_test
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -34,6 +35,14 @@ type state struct {
 	confirmed        [][2]int64 // {order id, user id}
 	failed           [][2]int64
 	noUniqueIndex    bool
+	noRebuy          bool
+	paidToo          int64 // an order that is not paid but carries paid_at
+	// status holds the state of the orders in confirmed that are not
+	// confirmed (paid, cancelled, expired); a paid order gets a paid_at.
+	status map[int64]seckill.OrderStatus
+	// returns lists order_returns rows: {order id, restocked (0 or 1)},
+	// of the kind of the order's state.
+	returns [][2]int64
 
 	redisRemaining int64
 	redisMissing   bool    // no stock key in Redis
@@ -59,9 +68,23 @@ func healthy() state {
 	}
 }
 
+// lifecycle is healthy after the payment step: user 1 paid order 101, user
+// 2 cancelled 102, 103 expired, and both units went back (to the database
+// and to Redis).
+func lifecycle() state {
+	return healthy().with(func(s *state) {
+		s.status = map[int64]seckill.OrderStatus{o(101): seckill.OrderPaid,
+			o(102): seckill.OrderCancelled, o(103): seckill.OrderExpired}
+		s.returns = [][2]int64{{o(102), 1}, {o(103), 1}}
+		s.remaining, s.redisRemaining = 4, 4
+	})
+}
+
 func (s state) with(f func(*state)) state {
 	s.confirmed = slices.Clone(s.confirmed)
 	s.failed = slices.Clone(s.failed)
+	s.status = maps.Clone(s.status)
+	s.returns = slices.Clone(s.returns)
 	s.acked = slices.Clone(s.acked)
 	if s.answers != nil {
 		a := *s.answers
@@ -126,6 +149,44 @@ var controls = []struct {
 	{"redis stock below zero", healthy().with(func(s *state) {
 		s.redisRemaining = -1
 	}), []string{check.NoOversell, check.Conservation}},
+	{"paid, cancelled and expired orders", lifecycle(), nil},
+	{"return not yet given back to redis", lifecycle().with(func(s *state) {
+		s.returns[0][1] = 0
+		s.redisRemaining--
+	}), nil},
+	{"return given back to redis twice", lifecycle().with(func(s *state) {
+		s.redisRemaining++
+	}), []string{check.Conservation}},
+	{"cancelled order without its return", lifecycle().with(func(s *state) {
+		s.returns = s.returns[1:]
+	}), []string{check.ReturnedOnce}},
+	{"paid order returned", lifecycle().with(func(s *state) {
+		s.returns = append(s.returns, [2]int64{o(101), 1})
+	}), []string{check.ReturnedOnce}},
+	{"payment recorded on an expired order", lifecycle().with(func(s *state) {
+		s.paidToo = o(103)
+	}), []string{check.ReturnedOnce}},
+	{"second order where re-buying is forbidden", lifecycle().with(func(s *state) {
+		s.noRebuy, s.noUniqueIndex = true, true
+		s.confirmed = append(s.confirmed, [2]int64{o(105), 2})
+		s.remaining, s.redisRemaining = 3, 3
+		s.acked = append(s.acked, o(105))
+		s.answers.ByUser[2] = []int64{o(102), o(105)}
+	}), []string{check.NoDuplicate, check.OneOrderID}},
+	{"re-buy after a cancel", lifecycle().with(func(s *state) {
+		s.noUniqueIndex = true
+		s.confirmed = append(s.confirmed, [2]int64{o(105), 2})
+		s.remaining, s.redisRemaining = 3, 3
+		s.acked = append(s.acked, o(105))
+		s.answers.ByUser[2] = []int64{o(102), o(105)}
+	}), nil},
+	{"pending grabs beyond the stock", healthy().with(func(s *state) {
+		for i, u := range []int64{5, 6, 7} {
+			oid := o(int64(110 + i))
+			s.undelivered = append(s.undelivered, oid)
+			s.answers.ByUser[u] = []int64{oid}
+		}
+	}), []string{check.NoOversell, check.Drained}},
 	{"two order ids for one user", healthy().with(func(s *state) {
 		s.answers.ByUser[1] = []int64{o(101), o(108)}
 		s.failed = append(s.failed, [2]int64{o(108), 1})
@@ -291,8 +352,8 @@ func assertFailed(t *testing.T, rep *check.Report, want []string) {
 	t.Helper()
 	var b strings.Builder
 	_ = rep.WriteTable(&b)
-	if len(rep.Results) != 7 {
-		t.Fatalf("got %d results, want 7:\n%s", len(rep.Results), b.String())
+	if len(rep.Results) != 8 {
+		t.Fatalf("got %d results, want 8:\n%s", len(rep.Results), b.String())
 	}
 	for _, r := range rep.Results {
 		wantFail := slices.Contains(want, r.Name)
@@ -341,20 +402,35 @@ func seedDB(t *testing.T, dbURL string, s state) *sql.DB {
 	stmts := []string{
 		`CREATE TABLE activities (id BIGINT PRIMARY KEY, name VARCHAR(200) NOT NULL,
 			stock BIGINT NOT NULL, remaining BIGINT NOT NULL,
-			starts_at TIMESTAMP NOT NULL, ends_at TIMESTAMP NOT NULL)`,
+			starts_at TIMESTAMP NOT NULL, ends_at TIMESTAMP NOT NULL, rebuy BOOLEAN NOT NULL)`,
 		`CREATE TABLE orders (id BIGINT PRIMARY KEY, activity_id BIGINT NOT NULL, user_id BIGINT NOT NULL,
-			status VARCHAR(16) NOT NULL DEFAULT 'confirmed',
+			status VARCHAR(16) NOT NULL DEFAULT 'confirmed', paid_at TIMESTAMP NULL,
 			created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP` + unique + `)`,
+		`CREATE TABLE order_returns (order_id BIGINT PRIMARY KEY, activity_id BIGINT NOT NULL,
+			user_id BIGINT NOT NULL, status VARCHAR(16) NOT NULL, restocked_at TIMESTAMP NULL)`,
 		`CREATE TABLE order_failures (order_id BIGINT PRIMARY KEY, activity_id BIGINT NOT NULL,
 			user_id BIGINT NOT NULL, reason VARCHAR(32) NOT NULL, existing_order_id BIGINT NULL,
 			created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP)`,
-		fmt.Sprintf(`INSERT INTO activities (id, name, stock, remaining, starts_at, ends_at)
-			VALUES (%d, 'control', %d, %d, '2026-01-01 00:00:00', '2036-01-01 00:00:00')`,
-			activityID, s.stock, s.remaining),
+		fmt.Sprintf(`INSERT INTO activities (id, name, stock, remaining, starts_at, ends_at, rebuy)
+			VALUES (%d, 'control', %d, %d, '2026-01-01 00:00:00', '2036-01-01 00:00:00', %t)`,
+			activityID, s.stock, s.remaining, !s.noRebuy),
 	}
 	for _, o := range s.confirmed {
-		stmts = append(stmts, fmt.Sprintf(`INSERT INTO orders (id, activity_id, user_id) VALUES (%d, %d, %d)`,
-			o[0], activityID, o[1]))
+		status := cmp.Or(s.status[o[0]], seckill.OrderConfirmed)
+		paid := "NULL"
+		if status == seckill.OrderPaid || o[0] == s.paidToo {
+			paid = "CURRENT_TIMESTAMP"
+		}
+		stmts = append(stmts, fmt.Sprintf(`INSERT INTO orders (id, activity_id, user_id, status, paid_at) VALUES (%d, %d, %d, '%s', %s)`,
+			o[0], activityID, o[1], status, paid))
+	}
+	for _, r := range s.returns {
+		restocked := "NULL"
+		if r[1] == 1 {
+			restocked = "CURRENT_TIMESTAMP"
+		}
+		stmts = append(stmts, fmt.Sprintf(`INSERT INTO order_returns (order_id, activity_id, user_id, status, restocked_at)
+			VALUES (%d, %d, 0, '%s', %s)`, r[0], activityID, cmp.Or(s.status[r[0]], seckill.OrderCancelled), restocked))
 	}
 	for _, o := range s.failed {
 		stmts = append(stmts, fmt.Sprintf(`INSERT INTO order_failures (order_id, activity_id, user_id, reason)

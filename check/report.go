@@ -14,8 +14,16 @@ type Report struct {
 	ActivityID  int64 `json:"activity_id"`
 	Stock       int64 `json:"stock"`
 	DBRemaining int64 `json:"db_remaining"`
-	Confirmed   int64 `json:"confirmed"`
-	Failed      int64 `json:"failed"`
+	// Orders by state in the database. Confirmed and Paid hold units (see
+	// Sold); Cancelled and Expired gave theirs back.
+	Confirmed int64 `json:"confirmed"`
+	Paid      int64 `json:"paid"`
+	Cancelled int64 `json:"cancelled"`
+	Expired   int64 `json:"expired"`
+	Failed    int64 `json:"failed"`
+	// ReturnsPending counts returned units whose Redis half is not
+	// recorded as done yet.
+	ReturnsPending int64 `json:"returns_pending"`
 	// RedisRemaining is nil without Redis or when its stock key is missing.
 	RedisRemaining *int64 `json:"redis_remaining,omitempty"`
 	// Pending counts accepted grabs whose stream entry is not yet
@@ -36,6 +44,10 @@ type Result struct {
 	Count  int64  `json:"count"`
 	Detail string `json:"detail"`
 }
+
+// Sold is the number of units the database holds sold: confirmed and paid
+// orders.
+func (r *Report) Sold() int64 { return r.Confirmed + r.Paid }
 
 // OK reports whether every check held.
 func (r *Report) OK() bool {

@@ -54,19 +54,21 @@ func TestCheckerControls(t *testing.T) {
 		{"an answered order vanished from the database", check.NoLostOrder, answers,
 			func() { exec(`DELETE FROM orders WHERE id = $1`, oid) },
 			func() {
-				exec(`INSERT INTO orders (id, activity_id, user_id) VALUES ($1, $2, $3)`, oid, e.activity, uid)
+				exec(`INSERT INTO orders (id, activity_id, user_id, holder_user_id) VALUES ($1, $2, $3, $3)`, oid, e.activity, uid)
 			}},
 		{"an order nobody was told about", check.NoPhantomOrder, answers,
-			func() { exec(`INSERT INTO orders (id, activity_id, user_id) VALUES (1, $1, 999999)`, e.activity) },
+			func() {
+				exec(`INSERT INTO orders (id, activity_id, user_id, holder_user_id) VALUES (1, $1, 999999, 999999)`, e.activity)
+			},
 			func() { exec(`DELETE FROM orders WHERE id = 1`) }},
 		{"a user with two orders", check.NoDuplicate, answers,
 			func() {
-				exec(`ALTER TABLE orders DROP CONSTRAINT orders_activity_user_key`)
-				exec(`INSERT INTO orders (id, activity_id, user_id) VALUES (2, $1, $2)`, e.activity, uid)
+				exec(`ALTER TABLE orders DROP CONSTRAINT orders_activity_holder_key`)
+				exec(`INSERT INTO orders (id, activity_id, user_id, holder_user_id) VALUES (2, $1, $2, $2)`, e.activity, uid)
 			},
 			func() {
 				exec(`DELETE FROM orders WHERE id = 2`)
-				exec(`ALTER TABLE orders ADD CONSTRAINT orders_activity_user_key UNIQUE (activity_id, user_id)`)
+				exec(`ALTER TABLE orders ADD CONSTRAINT orders_activity_holder_key UNIQUE (activity_id, holder_user_id)`)
 			}},
 		{"redis remaining plus confirmed above the stock", check.Conservation, answers,
 			func() { rdb.Set(ctx, keys.Stock, 1, 0) }, func() { rdb.Set(ctx, keys.Stock, 0, 0) }},

@@ -18,12 +18,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckilldev/seckill"
+	"github.com/seckilldev/seckill/auth"
 	"github.com/seckilldev/seckill/check"
 	"github.com/seckilldev/seckill/httpapi"
 	"github.com/seckilldev/seckill/internal/testenv"
+	"github.com/seckilldev/seckill/limit"
 	"github.com/seckilldev/seckill/sale"
 	"github.com/seckilldev/seckill/stock"
 	"github.com/seckilldev/seckill/store"
@@ -52,9 +55,13 @@ type fuzzAPI struct {
 	ended    int64
 	order    int64 // user 1's order in open
 	orderStr string
+
+	blocklist *limit.Blocklist
 }
 
-func newFuzzAPI(tb testing.TB, dbURL string) *fuzzAPI {
+// newFuzzAPI wires the API as serve does: with a blocklist on the same
+// Redis, and opts (the identity mode, limits).
+func newFuzzAPI(tb testing.TB, dbURL string, opts ...httpapi.Option) *fuzzAPI {
 	tb.Helper()
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(tb)})
@@ -73,7 +80,8 @@ func newFuzzAPI(tb testing.TB, dbURL string) *fuzzAPI {
 		"redis":    func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
 		"database": st.Ping,
 	}
-	a.h = httpapi.New(svc, fuzzToken, health, log, nil, nil)
+	a.blocklist = limit.NewBlocklist(rdb, a.prefix, log)
+	a.h = httpapi.New(svc, fuzzToken, health, log, nil, nil, append([]httpapi.Option{httpapi.WithBlocklist(a.blocklist)}, opts...)...)
 	if a.db, err = check.Open(ctx, dbURL); err != nil {
 		tb.Fatal(err)
 	}
@@ -120,6 +128,7 @@ func (a *fuzzAPI) deleteKeys() {
 			a.rdb.Del(ctx, k.Meta, k.Stock, k.Buyers, k.Orders)
 		}
 	}
+	a.rdb.Del(ctx, a.prefix+":{blocklist}:users", a.prefix+":{blocklist}:version")
 }
 
 // snapshot is the state a request may change: the database's row counts
@@ -139,6 +148,8 @@ func (a *fuzzAPI) snapshot(t testing.TB, named int64) string {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(&b, "db: %d activities, %d orders, %d failures, %d remaining\n", n, orders, failures, remaining)
+	blocked, err := a.blocklist.List(ctx)
+	fmt.Fprintf(&b, "blocked: %v %v\n", blocked, err)
 	ids := []int64{a.open, a.later, a.ended, maxID, maxID + 1}
 	if named > 0 {
 		ids = append(ids, named)
@@ -188,9 +199,10 @@ func (a *fuzzAPI) do(t *testing.T, method, target string, headers map[string]str
 }
 
 // try sends one request and returns the rule its answer breaks, if any:
-// a 5xx, a body that is not JSON, an error without a code, or a refusal
-// (3xx or 4xx) that changed the state. Headers with values that cannot
-// travel in HTTP/1.1 are left out.
+// a 5xx, a redirect, a body that is not JSON, an error without a code, a
+// 405 without Allow, a 401 without WWW-Authenticate, a 429 without
+// Retry-After, or a refusal (4xx) that changed the state. Headers with
+// values that cannot travel in HTTP/1.1 are left out.
 func (a *fuzzAPI) try(t testing.TB, method, target string, headers map[string]string, body []byte) error {
 	t.Helper()
 	req, err := http.NewRequest(method, "http://seckill.test"+target, bytes.NewReader(body))
@@ -218,12 +230,16 @@ func (a *fuzzAPI) try(t testing.TB, method, target string, headers map[string]st
 	if status >= 500 {
 		return fmt.Errorf("%s: got %d %s, want no 5xx", desc, status, rec.Body.Bytes())
 	}
-	if status >= 300 && status < 400 {
-		// ServeMux redirects unclean paths (//x, /a/../b) to their clean
-		// form, as any Go server does: not an answer of the API.
-		if rec.Header().Get("Location") == "" {
-			return fmt.Errorf("%s: %d without a Location", desc, status)
+	for _, r := range []struct {
+		status int
+		header string
+	}{{405, "Allow"}, {401, "WWW-Authenticate"}, {429, "Retry-After"}} {
+		if status == r.status && rec.Header().Get(r.header) == "" {
+			return fmt.Errorf("%s: %d without %s", desc, status, r.header)
 		}
+	}
+	if status >= 300 && status < 400 {
+		return fmt.Errorf("%s: got %d (Location %q), want no redirect", desc, status, rec.Header().Get("Location"))
 	} else if method != http.MethodHead {
 		if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
 			return fmt.Errorf("%s: %d with Content-Type %q, want application/json", desc, status, ct)
@@ -380,6 +396,103 @@ func FuzzRoutes(f *testing.F) {
 	})
 }
 
+// fuzzSecret is the HS256 secret of the JWT-mode targets.
+var fuzzSecret = []byte("fuzz-secret-fuzz-secret-fuzz-sec")
+
+// jwtSeeds are bearer tokens of every kind a verifier must tell apart.
+func jwtSeeds(tb testing.TB) []string {
+	tb.Helper()
+	mint := func(method jwt.SigningMethod, key any, claims jwt.MapClaims) string {
+		s, err := jwt.NewWithClaims(method, claims).SignedString(key)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return s
+	}
+	now := time.Now()
+	claims := func(sub any, exp time.Time, aud string) jwt.MapClaims {
+		return jwt.MapClaims{"sub": sub, "exp": exp.Unix(), "aud": aud}
+	}
+	valid := mint(jwt.SigningMethodHS256, fuzzSecret, claims("1", now.Add(time.Hour), "seckill"))
+	return []string{
+		"Bearer " + valid,
+		"bearer " + valid,
+		"BEARER  " + valid,
+		"Bearer " + mint(jwt.SigningMethodHS256, fuzzSecret, claims("2", now.Add(time.Hour), "seckill")),
+		"Bearer " + mint(jwt.SigningMethodHS256, fuzzSecret, claims("3", now.Add(-time.Hour), "seckill")),                    // expired
+		"Bearer " + mint(jwt.SigningMethodHS256, fuzzSecret, claims("4", now.Add(time.Hour), "other")),                       // wrong audience
+		"Bearer " + mint(jwt.SigningMethodHS256, []byte("x"+string(fuzzSecret)), claims("5", now.Add(time.Hour), "seckill")), // forged
+		"Bearer " + mint(jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, claims("6", now.Add(time.Hour), "seckill")),
+		"Bearer " + mint(jwt.SigningMethodHS256, fuzzSecret, claims("007", now.Add(time.Hour), "seckill")),
+		"Bearer " + mint(jwt.SigningMethodHS256, fuzzSecret, claims(7.5, now.Add(time.Hour), "seckill")),
+		"Bearer " + valid[:len(valid)-2],
+		"Bearer " + fuzzToken,
+		"Bearer wrong",
+		"Bearer",
+		"Bearer ",
+		"Basic " + valid,
+		"",
+	}
+}
+
+// FuzzJWT: the grab, the order and the activity routes in JWT mode, with a
+// per-user rate limit, with any Authorization; X-User-ID is sent too and
+// must never count.
+func FuzzJWT(f *testing.F) {
+	v, err := auth.New(context.Background(), auth.Config{Secret: fuzzSecret, Audience: "seckill"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	a := newFuzzAPI(f, sqliteURL(f), httpapi.WithVerifier(v),
+		httpapi.WithUserLimit(limit.NewLocal[int64](limit.Rate{PerSecond: 100, Burst: 100}, 0)))
+	open, later := strconv.FormatInt(a.open, 10), strconv.FormatInt(a.later, 10)
+	for _, tok := range jwtSeeds(f) {
+		for route, id := range []string{open, a.orderStr, later} {
+			f.Add(uint8(route), id, tok)
+		}
+	}
+	f.Fuzz(func(t *testing.T, route uint8, id, authorization string) {
+		headers := map[string]string{"Authorization": authorization, "X-User-ID": "1"}
+		switch route % 3 {
+		case 0:
+			a.do(t, http.MethodPost, "/api/v1/activities/"+url.PathEscape(id)+"/grab", headers, nil)
+		case 1:
+			a.do(t, http.MethodGet, "/api/v1/orders/"+url.PathEscape(id), headers, nil)
+		default:
+			a.do(t, http.MethodGet, "/api/v1/activities/"+url.PathEscape(id), headers, nil)
+		}
+	})
+}
+
+// FuzzAdmin: the blocklist's admin API (and /healthz, whose details are
+// the admin's) with any method, user id and Authorization.
+func FuzzAdmin(f *testing.F) {
+	a := newFuzzAPI(f, sqliteURL(f))
+	bearer := "Bearer " + fuzzToken
+	for _, s := range [][3]string{
+		{"PUT", "42", bearer}, {"GET", "42", bearer}, {"DELETE", "42", bearer}, {"GET", "", bearer},
+		{"PUT", "42", ""}, {"PUT", "42", "Bearer wrong"}, {"PUT", "42", "bearer " + fuzzToken}, {"PUT", "42", "Basic " + fuzzToken},
+		{"PUT", "0", bearer}, {"PUT", "-1", bearer}, {"PUT", "042", bearer}, {"PUT", "abc", bearer},
+		{"PUT", "9223372036854775807", bearer}, {"PUT", "9223372036854775808", bearer}, {"POST", "42", bearer},
+		{"PATCH", "", bearer}, {"GET", "healthz", bearer}, {"GET", "healthz", "Bearer wrong"}, {"GET", "healthz", ""},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, method, user, authorization string) {
+		if method == "" {
+			return
+		}
+		path := "/api/v1/blocks/" + url.PathEscape(user)
+		switch user {
+		case "":
+			path = "/api/v1/blocks"
+		case "healthz":
+			path = "/healthz"
+		}
+		a.do(t, method, path, map[string]string{"Authorization": authorization}, nil)
+	})
+}
+
 // TestCreateActivityNULNameOnPostgres: a name holding a NUL character
 // (valid JSON, "\u0000") is accepted by validation and passed to
 // PostgreSQL, which refuses it (SQLSTATE 22021, invalid byte sequence for
@@ -391,6 +504,7 @@ func TestCreateActivityNULNameOnPostgres(t *testing.T) {
 	body := `{"name":"a\u0000b","stock":5,"starts_at":"` + now.Format(time.RFC3339) + `","ends_at":"` + now.Add(time.Hour).Format(time.RFC3339) + `"}`
 	req := httptest.NewRequest(http.MethodPost, "/api/v1/activities", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+fuzzToken)
+	req.Header.Set("Content-Type", "application/json")
 	named := pathActivity(req.URL.Path)
 	before := a.snapshot(t, named)
 	rec := httptest.NewRecorder()

@@ -3,22 +3,27 @@
 package httpapi
 
 import (
-	"context"
-	"crypto/subtle"
+	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/seckilldev/seckill"
+	"github.com/seckilldev/seckill/auth"
 	"github.com/seckilldev/seckill/sale"
 )
 
@@ -32,26 +37,57 @@ var codes = map[string]int{
 	seckill.EENDED:        http.StatusForbidden,
 	seckill.EUNAVAILABLE:  http.StatusServiceUnavailable,
 	seckill.EINTERNAL:     http.StatusInternalServerError,
-}
 
-// Health checks a dependency; nil means healthy.
-type Health func(ctx context.Context) error
+	seckill.EORDEREXPIRED:   http.StatusConflict,
+	seckill.EORDERCANCELLED: http.StatusConflict,
+	seckill.EORDERPAID:      http.StatusConflict,
+	seckill.ENOTPAYABLE:     http.StatusConflict,
+	seckill.ENOTCANCELLABLE: http.StatusConflict,
+
+	"method_not_allowed": http.StatusMethodNotAllowed,
+	codeRateLimited:      http.StatusTooManyRequests,
+	codeBlocked:          http.StatusForbidden,
+	codeTooLarge:         http.StatusRequestEntityTooLarge,
+	codeMediaType:        http.StatusUnsupportedMediaType,
+	codeOverloaded:       http.StatusServiceUnavailable,
+	codeTokenMissing:     http.StatusUnauthorized,
+	codeTokenExpired:     http.StatusUnauthorized,
+	codeTokenInvalid:     http.StatusUnauthorized,
+}
 
 // Server serves the API.
 type Server struct {
 	sale       *sale.Service
 	adminToken string
-	health     map[string]Health
+	adminHash  [sha256.Size]byte
+	health     []*healthCheck
 	log        *slog.Logger
 	latency    *prometheus.HistogramVec
+	refused    refusals
 	mux        *http.ServeMux
+
+	verifier  Verifier
+	userLimit Limiter[int64]
+	addrLimit Limiter[netip.Addr]
+	trusted   []netip.Prefix
+	blocklist Blocklist
+
+	maxBody     int64
+	maxInFlight int64
+	inFlight    atomic.Int64
+
+	routes []Route // as registered, for Routes
 }
 
 // New returns the API handler. gatherer serves /metrics (nil: none);
-// registerer receives the API's own metrics (nil: none).
+// registerer receives the API's own metrics (nil: none). Without options,
+// buyers are named by the X-User-ID header, nothing is rate limited, and
+// the Limits are the defaults.
 func New(s *sale.Service, adminToken string, health map[string]Health, log *slog.Logger,
-	registerer prometheus.Registerer, gatherer prometheus.Gatherer) *Server {
-	srv := &Server{sale: s, adminToken: adminToken, health: health, log: log, mux: http.NewServeMux(),
+	registerer prometheus.Registerer, gatherer prometheus.Gatherer, opts ...Option) *Server {
+	srv := &Server{sale: s, adminToken: adminToken, adminHash: sha256.Sum256([]byte(adminToken)),
+		health: newHealthChecks(health), log: log, mux: http.NewServeMux(), refused: newRefusals(registerer),
+		maxBody: DefaultMaxBody, maxInFlight: DefaultMaxInFlight,
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "seckill_http_request_seconds",
 			Help:    "HTTP request latency by route and status class.",
@@ -60,64 +96,61 @@ func New(s *sale.Service, adminToken string, health map[string]Health, log *slog
 	if registerer != nil {
 		registerer.MustRegister(srv.latency)
 	}
+	for _, o := range opts {
+		o(srv)
+	}
 	srv.route("/api/v1/activities", "activities", map[string]http.HandlerFunc{"POST": srv.createActivity})
 	srv.route("/api/v1/activities/{id}", "activity", map[string]http.HandlerFunc{"GET": srv.getActivity})
 	srv.route("/api/v1/activities/{id}/grab", "grab", map[string]http.HandlerFunc{"POST": srv.grab})
 	srv.route("/api/v1/orders/{id}", "order", map[string]http.HandlerFunc{"GET": srv.getOrder})
-	srv.route("/healthz", "healthz", map[string]http.HandlerFunc{"GET": srv.healthz})
-	if gatherer != nil {
-		srv.mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	srv.route("/api/v1/orders/{id}/pay", "pay", map[string]http.HandlerFunc{"POST": srv.payOrder})
+	srv.route("/api/v1/orders/{id}/cancel", "cancel", map[string]http.HandlerFunc{"POST": srv.cancelOrder})
+	srv.route("/api/v1/users/me/orders", "my_orders", map[string]http.HandlerFunc{"GET": srv.myOrders})
+	srv.route("/api/v1/openapi.json", "openapi", map[string]http.HandlerFunc{"GET": serveOpenAPI})
+	if srv.blocklist != nil {
+		srv.routeBlocks()
 	}
-	srv.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, seckill.Errorf(seckill.ENOTFOUND, "no such endpoint: %s", r.URL.Path))
-	})
+	srv.handle("/healthz", "healthz", map[string]http.HandlerFunc{"GET": srv.healthz}, false)
+	if gatherer != nil {
+		srv.handle("/metrics", "metrics", map[string]http.HandlerFunc{"GET": promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}).ServeHTTP}, false)
+	}
+	srv.mux.HandleFunc("/", notFound)
 	return srv
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// notFound answers a path the API does not serve. The message does not
+// repeat the path: it is the client's, of any length. A body is not read:
+// the connection closes after the answer (see statusWriter).
+func notFound(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
+	writeError(w, errNoEndpoint)
+}
 
-// route registers a path whose methods are dispatched here, so that a wrong
-// method gets a JSON 405 like every other error.
+var errNoEndpoint = seckill.Errorf(seckill.ENOTFOUND, "no such endpoint")
+
+// ServeHTTP serves the API. A path that is not clean (//, /./, /../) is
+// not found, rather than redirected as ServeMux would, with an HTML body.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !cleanPath(r.URL.Path) {
+		notFound(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// Latency is the request latency histogram (by route and status class), for
+// a reader that wants it alone, such as the dashboard, which reads it at
+// every tick.
+func (s *Server) Latency() *prometheus.HistogramVec { return s.latency }
+
+// route registers an API path whose methods are dispatched here (a wrong
+// method gets a JSON 405 like every other error), behind the limits every
+// API request passes: requests in flight, body size, rate per client
+// address (see handle).
 func (s *Server) route(pattern, name string, methods map[string]http.HandlerFunc) {
-	allow := make([]string, 0, len(methods))
-	for m := range methods {
-		allow = append(allow, m)
-	}
-	// The classes this API answers, resolved once; a 1xx or 3xx would be
-	// a surprise and is looked up when it happens.
-	observers := map[int]prometheus.Observer{}
-	for _, class := range []int{2, 4, 5} {
-		observers[class] = s.latency.WithLabelValues(name, strconv.Itoa(class)+"xx")
-	}
-	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		began := time.Now()
-		sw := statusWriter{ResponseWriter: w, status: http.StatusOK}
-		h := methods[r.Method]
-		if h == nil && r.Method == http.MethodHead {
-			h = methods[http.MethodGet]
-		}
-		if h == nil {
-			w.Header().Set("Allow", strings.Join(allow, ", "))
-			writeJSON(&sw, http.StatusMethodNotAllowed, errorBody("method_not_allowed", r.Method+" is not allowed here"))
-		} else {
-			h(&sw, r)
-		}
-		o := observers[sw.status/100]
-		if o == nil {
-			o = s.latency.WithLabelValues(name, strconv.Itoa(sw.status/100)+"xx")
-		}
-		o.Observe(time.Since(began).Seconds())
-	})
-}
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
-	w.ResponseWriter.WriteHeader(code)
+	s.handle(pattern, name, methods, true)
 }
 
 type activityRequest struct {
@@ -125,11 +158,30 @@ type activityRequest struct {
 	Stock    int64     `json:"stock"`
 	StartsAt time.Time `json:"starts_at"`
 	EndsAt   time.Time `json:"ends_at"`
+	// PayWithinSeconds is the payment window (default 900: 15 minutes;
+	// 0: no payment step). Rebuy lets a buyer whose order was cancelled
+	// or expired buy again (default true).
+	PayWithinSeconds *int64 `json:"pay_within_seconds"`
+	Rebuy            *bool  `json:"rebuy"`
+}
+
+// defaultPayWithin is the payment window of a sale created without one.
+const defaultPayWithin = 15 * time.Minute
+
+// activityBody is an activity as the API shows it.
+type activityBody struct {
+	seckill.Activity
+	PayWithinSeconds int64 `json:"pay_within_seconds"`
+	Rebuy            bool  `json:"rebuy"`
+}
+
+func newActivityBody(a seckill.Activity) activityBody {
+	return activityBody{Activity: a, PayWithinSeconds: int64(a.PayWithin / time.Second), Rebuy: a.Rebuy}
 }
 
 func (s *Server) createActivity(w http.ResponseWriter, r *http.Request) {
-	if !s.isAdmin(r) {
-		writeError(w, seckill.Errorf(seckill.EUNAUTHORIZED, "an admin bearer token is required"))
+	if err := s.admin(r); err != nil {
+		writeError(w, err)
 		return
 	}
 	var req activityRequest
@@ -137,12 +189,23 @@ func (s *Server) createActivity(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	a := seckill.Activity{Name: req.Name, Stock: req.Stock, StartsAt: req.StartsAt, EndsAt: req.EndsAt}
+	a := seckill.Activity{Name: req.Name, Stock: req.Stock, StartsAt: req.StartsAt, EndsAt: req.EndsAt,
+		PayWithin: defaultPayWithin, Rebuy: true}
+	if req.PayWithinSeconds != nil {
+		if *req.PayWithinSeconds < 0 || *req.PayWithinSeconds > int64(seckill.MaxPayWithin/time.Second) {
+			writeError(w, seckill.Errorf(seckill.EINVALID, "pay_within_seconds must lie between 0 and %d", int64(seckill.MaxPayWithin/time.Second)))
+			return
+		}
+		a.PayWithin = time.Duration(*req.PayWithinSeconds) * time.Second
+	}
+	if req.Rebuy != nil {
+		a.Rebuy = *req.Rebuy
+	}
 	if err := s.sale.CreateActivity(r.Context(), &a); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, a)
+	writeJSON(w, http.StatusCreated, newActivityBody(a))
 }
 
 func (s *Server) getActivity(w http.ResponseWriter, r *http.Request) {
@@ -156,15 +219,7 @@ func (s *Server) getActivity(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, a)
-}
-
-type orderBody struct {
-	OrderID    string              `json:"order_id"`
-	ActivityID int64               `json:"activity_id,omitempty"`
-	UserID     string              `json:"user_id,omitempty"`
-	Status     seckill.OrderStatus `json:"status"`
-	Reason     string              `json:"reason,omitempty"`
+	writeJSON(w, http.StatusOK, newActivityBody(a))
 }
 
 func (s *Server) grab(w http.ResponseWriter, r *http.Request) {
@@ -173,12 +228,16 @@ func (s *Server) grab(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	uid, err := userID(r)
+	c, err := s.caller(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	g, err := s.sale.Grab(r.Context(), id, uid)
+	if c.Admin {
+		writeError(w, seckill.Errorf(seckill.EINVALID, "the admin does not grab: send the buyer's identity"))
+		return
+	}
+	g, err := s.sale.Grab(r.Context(), id, c.UserID)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -198,50 +257,11 @@ func (s *Server) grab(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-var jsonType = []string{"application/json"}
-
-func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
-	oid, err := pathID(r, "order")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	var uid int64
-	if !s.isAdmin(r) {
-		if uid, err = userID(r); err != nil {
-			writeError(w, err)
-			return
-		}
-	}
-	o, err := s.sale.Order(r.Context(), oid, uid)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, orderBody{OrderID: strconv.FormatInt(o.ID, 10), ActivityID: o.ActivityID,
-		UserID: strconv.FormatInt(o.UserID, 10), Status: o.Status, Reason: o.Reason})
-}
-
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	checks := map[string]string{}
-	status := http.StatusOK
-	for name, check := range s.health {
-		if err := check(ctx); err != nil {
-			checks[name] = err.Error()
-			status = http.StatusServiceUnavailable
-		} else {
-			checks[name] = "ok"
-		}
-	}
-	writeJSON(w, status, map[string]any{"status": map[bool]string{true: "ok", false: "unavailable"}[status == http.StatusOK], "checks": checks})
-}
-
-func (s *Server) isAdmin(r *http.Request) bool {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && s.adminToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.adminToken)) == 1
-}
+var (
+	jsonType     = []string{"application/json"}
+	bearerRealm  = []string{`Bearer realm="seckill"`}
+	invalidToken = []string{`Bearer realm="seckill", error="invalid_token"`}
+)
 
 // fail answers an error from the service, logging the internal ones.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -251,9 +271,25 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, err)
 }
 
-// decode reads a JSON body of at most 64 KiB into v, strictly.
+// decode reads a JSON body into v, strictly: Content-Type application/json
+// (415 otherwise), within the body limit route sets (413 beyond it), valid
+// UTF-8 (400 otherwise: encoding/json would store U+FFFD instead), one
+// value, no unknown field.
 func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+	if err := jsonContent(r.Header); err != nil {
+		return err
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		if tooBig, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return seckill.Errorf(codeTooLarge, "the request body exceeds %d bytes", tooBig.Limit)
+		}
+		return seckill.Errorf(seckill.EINVALID, "the request body could not be read")
+	}
+	if !utf8.Valid(body) {
+		return seckill.Errorf(seckill.EINVALID, "the request body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var syn *json.SyntaxError
@@ -269,10 +305,20 @@ func decode(r *http.Request, v any) error {
 		case errors.As(err, &syn):
 			return seckill.Errorf(seckill.EINVALID, "the request body is not valid JSON")
 		}
-		return seckill.Errorf(seckill.EINVALID, "bad request body: %s", strings.TrimPrefix(err.Error(), "json: "))
+		return seckill.Errorf(seckill.EINVALID, "bad request body: %.200s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	if dec.More() {
 		return seckill.Errorf(seckill.EINVALID, "the request body holds more than one JSON value")
+	}
+	return nil
+}
+
+// jsonContent requires Content-Type application/json (a charset, if
+// given, must be UTF-8).
+func jsonContent(h http.Header) error {
+	mt, params, err := mime.ParseMediaType(h.Get("Content-Type"))
+	if err != nil || mt != "application/json" || (params["charset"] != "" && !strings.EqualFold(params["charset"], "utf-8")) {
+		return seckill.Errorf(codeMediaType, "the request body must be JSON, sent with Content-Type: application/json")
 	}
 	return nil
 }
@@ -286,33 +332,9 @@ func pathID(r *http.Request, what string) (int64, error) {
 	return id, nil
 }
 
-// userID parses X-User-ID, set by the shop's auth gateway.
-func userID(r *http.Request) (int64, error) {
-	v := r.Header.Get("X-User-ID")
-	if v == "" {
-		return 0, seckill.Errorf(seckill.EINVALID, "the X-User-ID header is required")
-	}
-	id, ok := parsePositive(v)
-	if !ok {
-		return 0, seckill.Errorf(seckill.EINVALID, "X-User-ID must be a positive 64-bit integer")
-	}
-	return id, nil
-}
-
 // parsePositive accepts only the canonical decimal form (no sign, no leading
 // zeros), so that one user or order has one spelling.
-func parsePositive(s string) (int64, bool) {
-	if s == "" || len(s) > 19 || s[0] == '0' {
-		return 0, false
-	}
-	for i := range len(s) {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, false
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	return n, err == nil
-}
+func parsePositive(s string) (int64, bool) { return auth.ParseID(s) }
 
 func errorBody(code, message string) any {
 	return map[string]any{"error": map[string]string{"code": code, "message": message}}
@@ -325,7 +347,20 @@ func writeError(w http.ResponseWriter, err error) {
 		status = http.StatusInternalServerError
 	}
 	body := errorJSON(code, seckill.ErrorMessage(err))
-	w.Header()["Content-Type"] = jsonType
+	h := w.Header()
+	h["Content-Type"] = jsonType
+	switch {
+	case status == http.StatusUnauthorized:
+		if code == codeTokenExpired || code == codeTokenInvalid {
+			h["Www-Authenticate"] = invalidToken
+		} else {
+			h["Www-Authenticate"] = bearerRealm
+		}
+	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
+		if r, ok := errors.AsType[*refusal](err); ok {
+			h.Set("Retry-After", retryAfter(r.wait))
+		}
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
@@ -338,6 +373,8 @@ var errorCache struct {
 }
 
 type errorKey struct{ code, message string }
+
+const maxCachedMessage = 128
 
 func errorJSON(code, message string) []byte {
 	k := errorKey{code, message}
@@ -353,7 +390,9 @@ func errorJSON(code, message string) []byte {
 	if errorCache.m == nil {
 		errorCache.m = map[errorKey][]byte{}
 	}
-	if len(errorCache.m) < 1000 { // messages naming ids vary: keep it bounded
+	// Messages naming ids vary, and some carry client input: keep only
+	// short ones, and few of them (at most about 300 KB).
+	if len(errorCache.m) < 1000 && len(message) <= maxCachedMessage {
 		errorCache.m[k] = b
 	}
 	errorCache.Unlock()

@@ -51,20 +51,25 @@ type rawConn struct {
 	c       net.Conn
 	aborted atomic.Bool
 	br      *bufio.Reader
-	req     []byte // the request up to the user id's value
+	req     []byte // the request up to the user id's value, or the token's
 	reqLen  int
+	token   func(uid int64) (string, error) // nil: X-User-ID
 	scratch [512]byte
 }
 
-func newRawConn(base *url.URL, activityID int64, timeout time.Duration) *rawConn {
+func newRawConn(base *url.URL, activityID int64, timeout time.Duration, token func(int64) (string, error)) *rawConn {
 	host := base.Host
 	addr := host
 	if base.Port() == "" {
 		addr = net.JoinHostPort(base.Hostname(), "80")
 	}
-	rc := &rawConn{addr: addr, host: host, timeout: timeout, healthz: base.Path + "/healthz"}
+	rc := &rawConn{addr: addr, host: host, timeout: timeout, healthz: base.Path + "/healthz", token: token}
+	identity := "X-User-ID: "
+	if token != nil {
+		identity = "Authorization: Bearer "
+	}
 	rc.req = fmt.Appendf(nil, "POST %s/api/v1/activities/%d/grab HTTP/1.1\r\nHost: %s\r\n"+
-		"User-Agent: seckill-loadgen\r\nContent-Length: 0\r\nX-User-ID: ", base.Path, activityID, host)
+		"User-Agent: seckill-loadgen\r\nContent-Length: 0\r\n%s", base.Path, activityID, host, identity)
 	rc.reqLen = len(rc.req)
 	rc.req = append(rc.req, make([]byte, 0, 24)...)
 	return rc
@@ -125,7 +130,15 @@ func (rc *rawConn) warmup(context.Context) {
 }
 
 func (rc *rawConn) grab(uid int64, buf []byte) (int, int, error) {
-	rc.req = strconv.AppendInt(rc.req[:rc.reqLen], uid, 10)
+	if rc.token != nil {
+		tok, err := rc.token(uid)
+		if err != nil {
+			return 0, 0, err
+		}
+		rc.req = append(rc.req[:rc.reqLen], tok...)
+	} else {
+		rc.req = strconv.AppendInt(rc.req[:rc.reqLen], uid, 10)
+	}
 	rc.req = append(rc.req, "\r\n\r\n"...)
 	return rc.roundTrip(rc.req, buf)
 }
@@ -325,18 +338,19 @@ type stdClient struct {
 	tr      *http.Transport
 	tmpl    *http.Request
 	healthz string
+	token   func(uid int64) (string, error) // nil: X-User-ID
 	ctx     context.Context
 	cancel  context.CancelFunc
 	uid     [20]byte
 }
 
-func newStdClient(tr *http.Transport, base *url.URL, activityID int64) *stdClient {
+func newStdClient(tr *http.Transport, base *url.URL, activityID int64, token func(int64) (string, error)) *stdClient {
 	u := *base
 	u.Path = fmt.Sprintf("%s/api/v1/activities/%d/grab", base.Path, activityID)
 	ctx, cancel := context.WithCancel(context.Background())
 	tmpl, _ := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil)
 	tmpl.Header.Set("User-Agent", "seckill-loadgen")
-	return &stdClient{tr: tr, tmpl: tmpl, healthz: base.String() + "/healthz", ctx: ctx, cancel: cancel}
+	return &stdClient{tr: tr, tmpl: tmpl, healthz: base.String() + "/healthz", token: token, ctx: ctx, cancel: cancel}
 }
 
 func (sc *stdClient) warmup(ctx context.Context) {
@@ -356,9 +370,15 @@ func (sc *stdClient) grab(uid int64, buf []byte) (int, int, error) {
 	// with a fresh header costs a few small allocations.
 	req := new(http.Request)
 	*req = *sc.tmpl
-	req.Header = http.Header{
-		"User-Agent": sc.tmpl.Header["User-Agent"],
-		"X-User-Id":  {string(strconv.AppendInt(sc.uid[:0], uid, 10))},
+	req.Header = http.Header{"User-Agent": sc.tmpl.Header["User-Agent"]}
+	if sc.token != nil {
+		tok, err := sc.token(uid)
+		if err != nil {
+			return 0, 0, err
+		}
+		req.Header["Authorization"] = []string{"Bearer " + tok}
+	} else {
+		req.Header["X-User-Id"] = []string{string(strconv.AppendInt(sc.uid[:0], uid, 10))}
 	}
 	resp, err := sc.tr.RoundTrip(req)
 	if err != nil {

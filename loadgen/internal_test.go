@@ -105,7 +105,7 @@ func TestNoAllocations(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &run{cfg: cfg, users: make([]userState, cfg.Users), start: time.Now(), stopAt: time.Hour, ctx: context.Background()}
-	cl := newRawConn(base, 1, time.Second)
+	cl := newRawConn(base, 1, time.Second, nil)
 	defer cl.close()
 	w := newWorker(r, cl, 1)
 	w.grab(0) // connects

@@ -90,6 +90,12 @@ type Config struct {
 	// connection of its own at every progress tick, to report the remaining
 	// stock. Default false.
 	WatchRemaining bool
+	// Token, if set, returns a bearer token naming a user: each grab then
+	// sends Authorization: Bearer <token> instead of X-User-ID, for a
+	// service that verifies who its buyers are (auth.Signer.Token mints
+	// them). It is called for every request: minting costs a few
+	// microseconds and allocates, which the generator's CPU pays.
+	Token func(uid int64) (string, error)
 }
 
 const (
@@ -220,9 +226,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for i := range workers {
 		var cl client
 		if tr != nil {
-			cl = newStdClient(tr, base, cfg.ActivityID)
+			cl = newStdClient(tr, base, cfg.ActivityID, cfg.Token)
 		} else {
-			cl = newRawConn(base, cfg.ActivityID, cfg.Timeout)
+			cl = newRawConn(base, cfg.ActivityID, cfg.Timeout, cfg.Token)
 		}
 		defer cl.close()
 		workers[i] = newWorker(r, cl, cfg.Seed+uint64(i)*0x9e3779b97f4a7c15)

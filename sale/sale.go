@@ -65,6 +65,7 @@ type Service struct {
 	mu        sync.RWMutex
 	entries   map[int64]*entry
 	negative  map[int64]time.Time
+	newest    newest    // answers ids above every activity without a query each (unknown.go)
 	lastSweep time.Time // of entries of ended activities
 	loads     singleflight.Group
 	fetches   singleflight.Group
@@ -128,6 +129,7 @@ func (s *Service) CreateActivity(ctx context.Context, a *seckill.Activity) error
 	s.mu.Lock()
 	delete(s.negative, a.ID)
 	s.mu.Unlock()
+	s.newest.saw(a.ID)
 	if err := s.load(ctx, a.ID); err != nil {
 		// The activity exists; the first grab will load it.
 		s.log.Warn("load new activity into redis", "activity", a.ID, "err", err)
@@ -138,7 +140,7 @@ func (s *Service) CreateActivity(ctx context.Context, a *seckill.Activity) error
 // Activity returns an activity with its live remaining stock (from Redis,
 // or from the database when Redis does not hold it).
 func (s *Service) Activity(ctx context.Context, id int64) (seckill.Activity, error) {
-	e, err := s.entry(ctx, id)
+	e, err := s.activityEntry(ctx, id)
 	if err != nil {
 		return seckill.Activity{}, err
 	}
@@ -171,7 +173,7 @@ func (s *Service) Grab(ctx context.Context, id, uid int64) (g Grabbed, err error
 	if uid <= 0 {
 		return Grabbed{}, seckill.Errorf(seckill.EINVALID, "user id must be a positive integer")
 	}
-	e, err := s.entry(ctx, id)
+	e, err := s.activityEntry(ctx, id)
 	if err != nil {
 		return Grabbed{}, err
 	}
@@ -345,6 +347,7 @@ func (s *Service) entry(ctx context.Context, id int64) (*entry, error) {
 			}
 			return nil, err
 		}
+		s.newest.saw(id)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if e := s.entries[id]; e != nil {
@@ -407,7 +410,7 @@ func (s *Service) rebuild(e *entry) {
 }
 
 // load puts an activity into Redis from the database unless Redis holds it:
-// remaining stock and the buyers of confirmed orders. One load per activity
+// remaining stock, the buyers, and the receipts of returned units. One load per activity
 // at a time in this process, and across instances with Serialize.
 func (s *Service) load(ctx context.Context, id int64) error {
 	_, err, _ := s.loads.Do(strconv.FormatInt(id, 10), func() (any, error) {
@@ -416,34 +419,48 @@ func (s *Service) load(ctx context.Context, id int64) error {
 				return err
 			}
 			// Read after checking, under the lock: the snapshot is as fresh
-			// as it can be.
-			a, err := s.store.Activity(ctx, id)
+			// as it can be. One snapshot: the stock, the users who may not
+			// grab again, the returns it reflects (their receipts), and the
+			// last order id (failed orders took ids too; none may be issued
+			// again).
+			l, err := s.store.Load(ctx, id)
 			if err != nil {
 				return err
 			}
-			buyers, err := s.store.Buyers(ctx, id)
-			if err != nil {
-				return err
-			}
-			// Failed orders took ids too; none may be issued again.
-			last, err := s.store.LastOrderID(ctx, id)
-			if err != nil {
-				return err
-			}
-			loaded, err := s.engine.Load(ctx, a, buyers, stock.OrdersAfter(last))
+			a := l.Activity
+			loaded, err := s.engine.Load(ctx, a, l.Buyers, stock.OrdersAfter(l.LastOrderID), stock.ReturnedOrders(l.Returned))
 			if err != nil || !loaded {
 				return err
 			}
-			s.log.Info("activity loaded into redis", "activity", id, "remaining", a.Remaining, "buyers", len(buyers))
+			s.log.Info("activity loaded into redis", "activity", id, "remaining", a.Remaining, "buyers", len(l.Buyers))
 			s.stats.Loads.Inc()
-			// A worker may have committed orders between the snapshot and
-			// the load: read the buyers again and tell Redis of any it
-			// missed (idempotent). Later commits reconcile themselves.
-			again, err := s.store.Buyers(ctx, id)
+			// Orders may have been committed, and units returned, between
+			// the snapshot and the load: read again and tell Redis what it
+			// missed (both idempotent). A return whose Redis half found the
+			// activity not loaded counts on this. Later commits reconcile
+			// themselves; later returns reach Redis by Engine.Return.
+			again, err := s.store.Load(ctx, id)
 			if err != nil {
 				return err
 			}
-			if n, err := s.engine.Reconcile(ctx, id, again); err != nil {
+			known := make(map[int64]bool, len(l.Returned))
+			for _, oid := range l.Returned {
+				known[oid] = true
+			}
+			for _, oid := range again.Returned {
+				if known[oid] {
+					continue
+				}
+				o, err := s.store.Order(ctx, oid)
+				if err != nil {
+					return err
+				}
+				r := seckill.Return{OrderID: oid, ActivityID: id, UserID: o.UserID, Status: o.Status, Rebuy: a.Rebuy, ReturnedAt: o.ClosedAt}
+				if _, err := s.engine.Return(ctx, r); err != nil {
+					return err
+				}
+			}
+			if n, err := s.engine.Reconcile(ctx, id, again.Buyers); err != nil {
 				return err
 			} else if n > 0 {
 				s.log.Warn("orders committed during the load reconciled", "activity", id, "units", n)

@@ -2,6 +2,7 @@ package stock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -40,30 +41,33 @@ func Dial(ctx context.Context, rawURL string, poolSize ...int) (redis.UniversalC
 			*size = pool
 		}
 	}
+	// No message below quotes the URL: it may hold a password. url.Parse's
+	// error quotes the URL whole, and its reasons quote parts of it.
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("bad redis URL: %w", err)
+		return nil, errors.New("bad redis URL: it does not parse (characters such as @ / : # in a password must be percent-encoded)")
 	}
+	shown := u.Redacted()
 	var rdb redis.UniversalClient
 	switch u.Scheme {
 	case "redis", "rediss":
 		opt, err := redis.ParseURL(rawURL)
 		if err != nil {
-			return nil, fmt.Errorf("bad redis URL: %w", err)
+			return nil, fmt.Errorf("bad redis URL %s: %s", shown, hide(err, u))
 		}
 		tune(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolSize)
 		rdb = redis.NewClient(opt)
 	case "redis+cluster", "rediss+cluster":
 		opt, err := redis.ParseClusterURL(strings.Replace(rawURL, "+cluster", "", 1))
 		if err != nil {
-			return nil, fmt.Errorf("bad redis cluster URL: %w", err)
+			return nil, fmt.Errorf("bad redis cluster URL %s: %s", shown, hide(err, u))
 		}
 		tune(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolSize)
 		rdb = redis.NewClusterClient(opt)
 	case "redis+sentinel":
 		master := strings.Trim(u.Path, "/")
 		if master == "" || u.Host == "" {
-			return nil, fmt.Errorf("bad redis sentinel URL %q: want redis+sentinel://host:port[,host:port]/mastername", rawURL)
+			return nil, fmt.Errorf("bad redis sentinel URL %s: want redis+sentinel://host:port[,host:port]/mastername", shown)
 		}
 		opt := &redis.FailoverOptions{MasterName: master, SentinelAddrs: strings.Split(u.Host, ",")}
 		if u.User != nil {
@@ -73,7 +77,7 @@ func Dial(ctx context.Context, rawURL string, poolSize ...int) (redis.UniversalC
 		tune(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolSize)
 		rdb = redis.NewFailoverClient(opt)
 	default:
-		return nil, fmt.Errorf("bad redis URL %q: the scheme must be redis, rediss, redis+cluster or redis+sentinel", rawURL)
+		return nil, fmt.Errorf("bad redis URL %s: the scheme must be redis, rediss, redis+cluster or redis+sentinel", shown)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -82,4 +86,13 @@ func Dial(ctx context.Context, rawURL string, poolSize ...int) (redis.UniversalC
 		return nil, fmt.Errorf("redis at %s does not answer: %w", u.Host, err)
 	}
 	return rdb, nil
+}
+
+// hide returns err's text without the URL's password.
+func hide(err error, u *url.URL) string {
+	text := err.Error()
+	if pw, ok := u.User.Password(); ok && pw != "" {
+		text = strings.ReplaceAll(text, pw, "xxxxx")
+	}
+	return text
 }

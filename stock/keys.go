@@ -14,6 +14,9 @@ type Keys struct {
 	Orders string // stream: one entry per accepted grab: o=<local order id> u=<user id>, under the entry id EntryID gives; its milliseconds are the grab's time
 	Debt   string // string: units owed after a reconciliation found no stock (see scripts/reconcile.lua)
 	Awake  string // string: set while a worker is known to be reading Orders; its absence makes grab.lua wake the workers
+	// Returned is a set: the receipts of the units of cancelled and
+	// expired orders that Redis got back (see scripts/return.lua).
+	Returned string
 }
 
 // KeysFor returns the keys of activity id under prefix ("" means DefaultPrefix).
@@ -22,5 +25,6 @@ func KeysFor(prefix string, id int64) Keys {
 		prefix = DefaultPrefix
 	}
 	base := prefix + ":{a" + strconv.FormatInt(id, 10) + "}:"
-	return Keys{Meta: base + "meta", Stock: base + "stock", Buyers: base + "buyers", Orders: base + "orders", Debt: base + "debt", Awake: base + "awake"}
+	return Keys{Meta: base + "meta", Stock: base + "stock", Buyers: base + "buyers", Orders: base + "orders", Debt: base + "debt",
+		Awake: base + "awake", Returned: base + "returned"}
 }

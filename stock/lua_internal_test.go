@@ -35,7 +35,7 @@ func TestScriptsExactAt2p53(t *testing.T) {
 			ends := starts + int64(time.Hour/time.Millisecond)
 
 			const near = 1<<53 - 10 // 9007199254740982
-			n, err := loadScript.Run(ctx, rdb, []string{k.Meta, k.Stock, k.Orders},
+			n, err := loadScript.Run(ctx, rdb, []string{k.Meta, k.Stock, k.Orders, k.Returned, k.Returned + ":load:x"},
 				starts, ends, 10, 10, Group, strconv.FormatInt(near, 10)).Int()
 			if err != nil || n != 1 {
 				t.Fatalf("load: %v %v", n, err)

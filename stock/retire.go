@@ -31,7 +31,7 @@ func (e *Engine) Retire(ctx context.Context, a seckill.Activity, retain time.Dur
 		return false, nil
 	}
 	k := e.Keys(a.ID)
-	n, err := retireScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Buyers, k.Orders, k.Debt, k.Awake},
+	n, err := retireScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Buyers, k.Orders, k.Debt, k.Awake, k.Returned},
 		Group, a.EndsAt.UnixMilli(), retain.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("stock: retire activity %d: %w", a.ID, err)

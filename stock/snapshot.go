@@ -15,8 +15,9 @@ import (
 
 // Snapshot is the complete buyer set of a sold-out activity, as Redis held
 // it at one epoch (see load.lua). While Redis' stock is 0 the buyers change
-// only through compensate.lua and reconcile.lua, and both move the epoch;
-// so while the epoch stays and the stock stays 0, the snapshot stays true.
+// only through compensate.lua, reconcile.lua and return.lua, and all three
+// move the epoch; so while the epoch stays and the stock stays 0, the
+// snapshot stays true.
 type Snapshot struct {
 	ActivityID int64
 	Epoch      string

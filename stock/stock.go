@@ -1,6 +1,7 @@
 // Package stock is the Redis side of a sale: the atomic grab, which also
 // issues the order ids, warm-up of an activity into Redis, compensation of
-// failed orders, and the buyer snapshot of a sold-out activity. Each step
+// failed orders, the return of the units of cancelled and expired orders,
+// and the buyer snapshot of a sold-out activity. Each step
 // that writes is one Lua script (scripts/*.lua) over keys that share the
 // activity's hash tag, so the same code runs on a single Redis, Sentinel
 // and Redis Cluster, and on the embedded server of `seckill demo`.
@@ -20,6 +21,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -38,11 +41,14 @@ var (
 	compensateSrc string
 	//go:embed scripts/reconcile.lua
 	reconcileSrc string
+	//go:embed scripts/return.lua
+	returnSrc string
 
 	grabScript       = redis.NewScript(grabSrc)
 	loadScript       = redis.NewScript(loadSrc)
 	compensateScript = redis.NewScript(compensateSrc)
 	reconcileScript  = redis.NewScript(reconcileSrc)
+	returnScript     = redis.NewScript(returnSrc)
 )
 
 // ErrNotLoaded means Redis does not hold the activity (never loaded, or
@@ -118,8 +124,8 @@ func (e *Engine) Prefix() string { return e.cfg.Prefix }
 // Keys returns the keys of an activity.
 func (e *Engine) Keys(activityID int64) Keys { return KeysFor(e.cfg.Prefix, activityID) }
 
-// EventsChannel is the pub/sub channel on which compensation announces that
-// stock of an activity came back (message: the activity id).
+// EventsChannel is the pub/sub channel on which compensation and returns
+// announce that stock of an activity came back (message: the activity id).
 func (e *Engine) EventsChannel() string { return e.cfg.Prefix + ":events" }
 
 // WakeChannel is the pub/sub channel on which grab.lua wakes the workers
@@ -285,13 +291,24 @@ func localID(activityID, orderID int64) (string, bool) {
 // LoadOption adds to what Load is told about the activity.
 type LoadOption func(*loadOptions)
 
-type loadOptions struct{ lastOrderID int64 }
+type loadOptions struct {
+	lastOrderID int64
+	returned    []int64
+}
 
 // OrdersAfter tells Load the highest order id the activity has used that the
 // buyers do not show (seckill.Store.LastOrderID: failed orders too): new
 // order ids are issued past it.
 func OrdersAfter(orderID int64) LoadOption {
 	return func(o *loadOptions) { o.lastOrderID = max(o.lastOrderID, orderID) }
+}
+
+// ReturnedOrders tells Load the activity's orders whose units the database
+// snapshot has given back (seckill.Loaded.Returned): their receipts are
+// loaded with the activity, so that a Return of one of them (the Redis half
+// of a return that the snapshot already reflects) changes nothing.
+func ReturnedOrders(orderIDs []int64) LoadOption {
+	return func(o *loadOptions) { o.returned = append(o.returned, orderIDs...) }
 }
 
 // Load makes the activity available for grabs with the given remaining stock
@@ -301,7 +318,8 @@ func OrdersAfter(orderID int64) LoadOption {
 // load-if-absent. New order ids continue past the buyers' orders, the
 // OrdersAfter option, and any entry the activity's stream still holds.
 // Buyers whose order id belongs to another activity are not loaded (the
-// database refuses a second order of theirs anyway).
+// database refuses a second order of theirs anyway). The receipts of the
+// ReturnedOrders option are loaded only if this call loads the activity.
 func (e *Engine) Load(ctx context.Context, a seckill.Activity, buyers []seckill.Buyer, opts ...LoadOption) (bool, error) {
 	var o loadOptions
 	for _, opt := range opts {
@@ -334,12 +352,106 @@ func (e *Engine) Load(ctx context.Context, a seckill.Activity, buyers []seckill.
 			return false, fmt.Errorf("stock: load buyers of activity %d: %w", a.ID, err)
 		}
 	}
-	n, err := loadScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Orders},
+	staged, err := e.stageReceipts(ctx, a.ID, o.returned)
+	if err != nil {
+		return false, err
+	}
+	n, err := loadScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Orders, k.Returned, staged},
 		a.StartsAt.UnixMilli(), a.EndsAt.UnixMilli(), a.Stock, a.Remaining, Group, strconv.FormatInt(last, 10)).Int()
 	if err != nil {
 		return false, fmt.Errorf("stock: load activity %d: %w", a.ID, err)
 	}
 	return n == 1, nil
+}
+
+// stageTTL bounds how long the receipts staged by a load that did not get
+// to load.lua (its process died) stay in Redis.
+const stageTTL = 10 * time.Minute
+
+// stageReceipts writes the receipts of the returned orders under a key of
+// this load's own, which load.lua makes the receipt set if it loads the
+// activity (and deletes otherwise). It returns the key.
+func (e *Engine) stageReceipts(ctx context.Context, activityID int64, returned []int64) (string, error) {
+	key := e.Keys(activityID).Returned + ":load:" + strconv.FormatUint(rand.Uint64(), 36)
+	const chunk = 1000
+	for part := range slices.Chunk(returned, chunk) {
+		members := make([]any, len(part))
+		for i, id := range part {
+			members[i], _ = receipt(activityID, id)
+		}
+		_, err := e.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.SAdd(ctx, key, members...)
+			p.PExpire(ctx, key, stageTTL)
+			return nil
+		})
+		if err != nil {
+			return "", fmt.Errorf("stock: load returned orders of activity %d: %w", activityID, err)
+		}
+	}
+	return key, nil
+}
+
+// receipt returns the receipt of an order of the activity (see return.lua)
+// and the local id a buyer mark of it holds: its local id, or, for an id
+// outside the activity's range, which no mark holds, "o<id>" and "".
+func receipt(activityID, orderID int64) (member, mark string) {
+	if local, ok := localID(activityID, orderID); ok {
+		return local, local
+	}
+	return "o" + strconv.FormatInt(orderID, 10), ""
+}
+
+// ReturnResult is what Return did. Every result means that the Redis half
+// of the return is done: the caller records it (Store.Restocked).
+type ReturnResult int
+
+const (
+	// Returned: this call gave the unit back to the stock (or paid a debt
+	// with it) and, with rebuy, removed the buyer's mark.
+	Returned ReturnResult = iota + 1
+	// AlreadyReturned: an earlier call did, or the load of the activity
+	// from a database snapshot that held the return.
+	AlreadyReturned
+	// ReturnNotLoaded: Redis does not hold the activity; the load that
+	// brings it back reads the database, which holds the return.
+	ReturnNotLoaded
+)
+
+func (r ReturnResult) String() string {
+	switch r {
+	case Returned:
+		return "returned"
+	case AlreadyReturned:
+		return "already returned"
+	case ReturnNotLoaded:
+		return "not loaded"
+	}
+	return "ReturnResult(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Return gives the unit of a cancelled or expired order back to Redis,
+// exactly once (see return.lua): stock + 1 (or a debt paid), with r.Rebuy
+// the buyer's mark removed so that they may grab again, the epoch moved,
+// and the restock announced on EventsChannel.
+func (e *Engine) Return(ctx context.Context, r seckill.Return) (ReturnResult, error) {
+	k := e.Keys(r.ActivityID)
+	member, mark := receipt(r.ActivityID, r.OrderID)
+	rebuy := "0"
+	if r.Rebuy {
+		rebuy = "1"
+	}
+	n, err := returnScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Buyers, k.Debt, k.Returned},
+		r.UserID, member, mark, rebuy, e.EventsChannel(), r.ActivityID).Int()
+	if err != nil {
+		return 0, fmt.Errorf("stock: return order %d: %w", r.OrderID, err)
+	}
+	switch n {
+	case 1:
+		return Returned, nil
+	case 0:
+		return AlreadyReturned, nil
+	}
+	return ReturnNotLoaded, nil
 }
 
 // Loaded reports whether Redis holds the activity.
@@ -424,7 +536,8 @@ func (e *Engine) Compensate(ctx context.Context, activityID, uid, oid, keepOrder
 
 // Reconcile makes Redis account for orders the database confirmed (see
 // reconcile.lua): the buyer marks and the units of those Redis does not
-// know. It is idempotent. It returns the units taken, or ErrNotLoaded.
+// know, unless their units came back since (a Return's receipt). It is
+// idempotent. It returns the units taken, or ErrNotLoaded.
 func (e *Engine) Reconcile(ctx context.Context, activityID int64, buyers []seckill.Buyer) (int64, error) {
 	if len(buyers) == 0 {
 		return 0, nil
@@ -443,7 +556,7 @@ func (e *Engine) Reconcile(ctx context.Context, activityID int64, buyers []secki
 		if len(args) == 0 {
 			continue
 		}
-		n, err := reconcileScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Buyers, k.Debt}, args...).Int64()
+		n, err := reconcileScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Buyers, k.Debt, k.Returned}, args...).Int64()
 		if err != nil {
 			return total, fmt.Errorf("stock: reconcile activity %d: %w", activityID, err)
 		}
@@ -460,7 +573,7 @@ func (e *Engine) Reconcile(ctx context.Context, activityID int64, buyers []secki
 // master.
 func (e *Engine) Preload(ctx context.Context) error {
 	load := func(ctx context.Context, c redis.Scripter) error {
-		for _, s := range []*redis.Script{grabScript, loadScript, compensateScript, reconcileScript} {
+		for _, s := range []*redis.Script{grabScript, loadScript, compensateScript, reconcileScript, returnScript} {
 			if err := s.Load(ctx, c).Err(); err != nil {
 				return err
 			}

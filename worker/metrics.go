@@ -53,11 +53,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// observe counts a batch's outcomes: one update per label set, not one
+// per order.
 func (m *Metrics) observe(outcomes []seckill.Outcome, took time.Duration) {
+	type labels struct {
+		status seckill.OrderStatus
+		reason string
+	}
+	counts := make(map[labels]int)
 	for _, o := range outcomes {
-		m.Orders.WithLabelValues(string(o.Status), o.Reason).Inc()
-		if o.Status == seckill.OrderFailed {
-			m.Compensations.Inc()
+		counts[labels{o.Status, o.Reason}]++
+	}
+	for l, n := range counts {
+		m.Orders.WithLabelValues(string(l.status), l.reason).Add(float64(n))
+		if l.status == seckill.OrderFailed {
+			m.Compensations.Add(float64(n))
 		}
 	}
 	m.BatchSeconds.Observe(took.Seconds())

@@ -36,11 +36,15 @@ type Config struct {
 	// resumes its own pending entries at once; under a new name they are
 	// claimed after ClaimIdle.
 	Consumer string
-	// Batch is the most entries read from one stream and written at once.
-	// Default 200.
+	// Batch is the most entries written in one transaction while a stream
+	// keeps up. Default 200.
 	Batch int
-	// Parallel is how many batches (of different activities) are written
-	// at once. Default 4.
+	// MaxBatch is the most entries written in one transaction when a
+	// stream has a backlog: when a read of it gets all it asked for (see
+	// Run). Default 4000, and never below Batch.
+	MaxBatch int
+	// Parallel is how many batches are written at once: of different
+	// activities, or of one activity with a backlog. Default 4.
 	Parallel int
 	// Poll is how often streams that look idle are read anyway, in case a
 	// wake-up message was lost in a way the subscription cannot tell (the
@@ -78,6 +82,10 @@ func (c *Config) defaults() {
 	if c.Batch <= 0 {
 		c.Batch = 200
 	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 4000
+	}
+	c.MaxBatch = max(c.MaxBatch, c.Batch)
 	if c.Parallel <= 0 {
 		c.Parallel = 4
 	}
@@ -157,6 +165,12 @@ type stream struct {
 	// delivered since: nothing to claim until the stream gets orders.
 	settled bool
 	dirty   bool // entries acknowledged since the last trim
+	// backlog: the last read got all it asked for, so the stream likely
+	// holds more; the next read asks for Parallel batches of MaxBatch.
+	backlog bool
+	// ahead is the stream's next read, made while the previous batches
+	// were written; nil if not made yet.
+	ahead *readResult
 	// cutoff, in the drain, is the last entry the stream held when the
 	// drain began: reading stops past it.
 	cutoff string
@@ -176,6 +190,15 @@ type stream struct {
 // as soon as it is accepted. Cold streams are read anyway after the
 // subscription was re-established (messages may have been lost meanwhile)
 // and every Poll.
+//
+// A stream with a backlog (its last read got all it asked for) gets
+// batches of MaxBatch, since each transaction costs round trips and a
+// commit whatever its size; and it gets Parallel of them a round, written
+// at once: in the database they take turns on the activity's lock, but the
+// next one is queued on the lock as soon as one commits, and each one's
+// Redis work (compensating, acknowledging) overlaps another's database
+// work. A read that gets less than it asked for ends the backlog: batches
+// go back to Batch, which bounds the wait of an order that arrives alone.
 func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker started")
 	sub := w.rdb.Subscribe(ctx, w.engine.WakeChannel())
@@ -300,39 +323,42 @@ func (w *Worker) hot(streams map[int64]*stream) []*stream {
 // error, stays hot; one that gave none (or is not loaded) is left cold,
 // except while its own pending entries are being read again. It reports the
 // streams that gave entries.
+//
+// While the batches are written, the next read of each stream with a
+// backlog is made already (the next round takes it), so that the database
+// does not wait for Redis between rounds.
 func (w *Worker) round(ctx context.Context, ss []*stream) (map[*stream]bool, error) {
-	pipe := w.rdb.Pipeline()
-	cmds := make([]*redis.XStreamSliceCmd, len(ss))
-	for i, s := range ss {
-		cmds[i] = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: stock.Group, Consumer: w.cfg.Consumer,
-			Streams: []string{s.key, s.start}, Count: int64(w.cfg.Batch), Block: -1})
+	var toRead []*stream
+	for _, s := range ss {
+		if s.ahead == nil {
+			toRead = append(toRead, s)
+		}
 	}
-	_, _ = pipe.Exec(ctx)
+	w.read(ctx, toRead)
 	got := make(map[*stream]bool)
 	var work []batch
 	var firstErr error
-	for i, s := range ss {
-		res, err := cmds[i].Result()
+	var ahead []*stream
+	for _, s := range ss {
+		r := s.ahead
+		s.ahead, s.backlog = nil, false
 		switch {
-		case errors.Is(err, redis.Nil):
-		case stock.IsNoGroup(err):
+		case errors.Is(r.err, redis.Nil):
+		case stock.IsNoGroup(r.err):
 			// The activity is not (yet, or no longer) in Redis; the API
 			// loads it, with its group, on the next grab, which then
 			// wakes this loop.
 			s.hot = false
 			continue
-		case err != nil:
+		case r.err != nil:
 			// Redis is away: read again after a pause.
 			if firstErr == nil && ctx.Err() == nil {
-				firstErr = fmt.Errorf("activity %d: %w", s.a.ID, err)
+				firstErr = fmt.Errorf("activity %d: %w", s.a.ID, r.err)
 			}
 			s.hot = true
 			continue
 		}
-		var msgs []redis.XMessage
-		for _, r := range res {
-			msgs = append(msgs, r.Messages...)
-		}
+		msgs := r.msgs
 		if len(msgs) == 0 {
 			if s.start != ">" {
 				s.start = ">" // own pending entries done; stay hot for new ones
@@ -343,18 +369,68 @@ func (w *Worker) round(ctx context.Context, ss []*stream) (map[*stream]bool, err
 		}
 		got[s] = true
 		s.hot, s.settled = true, false
+		s.backlog = len(msgs) >= r.count
 		if s.cutoff != "" && !stock.IDLess(msgs[len(msgs)-1].ID, s.cutoff) {
 			s.hot = false // drained up to where the drain began
 		}
 		if s.start != ">" {
 			s.start = msgs[len(msgs)-1].ID
 		}
-		work = append(work, batch{s: s, msgs: msgs})
+		for chunk := range slices.Chunk(msgs, r.size) {
+			work = append(work, batch{s: s, msgs: chunk})
+		}
+		if s.backlog && s.hot && s.start == ">" {
+			ahead = append(ahead, s)
+		}
 	}
-	if err := w.processAll(ctx, work); err != nil {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if ctx.Err() == nil {
+			w.read(ctx, ahead)
+		}
+	}()
+	err := w.processAll(ctx, work)
+	<-done
+	if err != nil {
 		return got, err
 	}
 	return got, firstErr
+}
+
+// readResult is what one read of a stream got.
+type readResult struct {
+	size  int // the batch size
+	count int // entries asked for: size, or Parallel batches of it
+	msgs  []redis.XMessage
+	err   error
+}
+
+// read reads the next entries of each stream, with one pipeline, into
+// its ahead: a batch, or Parallel batches if it has a backlog.
+func (w *Worker) read(ctx context.Context, ss []*stream) {
+	if len(ss) == 0 {
+		return
+	}
+	pipe := w.rdb.Pipeline()
+	cmds := make([]*redis.XStreamSliceCmd, len(ss))
+	for i, s := range ss {
+		r := &readResult{size: w.cfg.Batch, count: w.cfg.Batch}
+		if s.backlog {
+			r.size, r.count = w.cfg.MaxBatch, w.cfg.MaxBatch*w.cfg.Parallel
+		}
+		s.ahead = r
+		cmds[i] = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: stock.Group, Consumer: w.cfg.Consumer,
+			Streams: []string{s.key, s.start}, Count: int64(r.count), Block: -1})
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, s := range ss {
+		res, err := cmds[i].Result()
+		s.ahead.err = err
+		for _, r := range res {
+			s.ahead.msgs = append(s.ahead.msgs, r.Messages...)
+		}
+	}
 }
 
 // batch is entries of one stream to write.
@@ -598,7 +674,9 @@ func (w *Worker) drain(streams map[int64]*stream) {
 		if err != nil || len(msgs) == 0 {
 			continue
 		}
-		s.cutoff, s.start, s.hot = msgs[0].ID, "0", true
+		// Entries read ahead are pending with this consumer: read again
+		// from "0" with the others.
+		s.cutoff, s.start, s.hot, s.ahead = msgs[0].ID, "0", true, nil
 		todo = append(todo, s)
 	}
 	began := time.Now()
@@ -796,9 +874,10 @@ func (w *Worker) heartbeat(ctx context.Context, activityID int64, msgs []redis.X
 }
 
 // applyOrIsolate applies the batch. If the database is up but keeps
-// refusing the batch with an error, it applies the requests one by one so a
-// single bad request cannot block the others; a request that fails alone
-// ends as a poison failure.
+// refusing the batch with an error, it applies each half on its own, and so
+// on down, so that a single bad request cannot block the others and costs a
+// few transactions per halving, not one per request; a request that fails
+// alone ends as a poison failure.
 func (w *Worker) applyOrIsolate(ctx context.Context, reqs []seckill.OrderRequest, log *slog.Logger) ([]seckill.Outcome, error) {
 	out, err := retry(ctx, func(ctx context.Context) ([]seckill.Outcome, error) {
 		return w.store.ApplyOrders(ctx, reqs)
@@ -813,8 +892,9 @@ func (w *Worker) applyOrIsolate(ctx context.Context, reqs []seckill.OrderRequest
 		})
 	}
 	out = make([]seckill.Outcome, 0, len(reqs))
-	for i := range reqs {
-		o, err := w.applyOrIsolate(ctx, reqs[i:i+1], log)
+	half := len(reqs) / 2
+	for _, part := range [][]seckill.OrderRequest{reqs[:half], reqs[half:]} {
+		o, err := w.applyOrIsolate(ctx, part, log)
 		if err != nil {
 			return nil, err
 		}

@@ -66,7 +66,7 @@ func TestBadInput(t *testing.T) {
 		{"missing times", "POST", "/api/v1/activities", admin, `{"name":"x","stock":5}`, 400, "invalid_argument"},
 		{"bad time", "POST", "/api/v1/activities", admin, `{"name":"x","stock":5,"starts_at":"tomorrow","ends_at":"` + ts(time.Hour) + `"}`, 400, "invalid_argument"},
 		{"year 0001", "POST", "/api/v1/activities", admin, `{"name":"x","stock":5,"starts_at":"0001-01-01T00:00:00Z","ends_at":"` + ts(time.Hour) + `"}`, 400, "invalid_argument"},
-		{"huge body", "POST", "/api/v1/activities", admin, `{"name":"` + strings.Repeat("x", 100<<10) + `"}`, 400, "invalid_argument"},
+		{"huge body", "POST", "/api/v1/activities", admin, `{"name":"` + strings.Repeat("x", 100<<10) + `"}`, 413, "too_large"},
 		{"wrong method on activities", "DELETE", "/api/v1/activities", admin, "", 405, "method_not_allowed"},
 		{"activity id not a number", "GET", "/api/v1/activities/abc", nil, "", 400, "invalid_argument"},
 		{"activity id zero", "GET", "/api/v1/activities/0", nil, "", 400, "invalid_argument"},
@@ -88,7 +88,7 @@ func TestBadInput(t *testing.T) {
 		{"order without user", "GET", "/api/v1/orders/" + oid, nil, "", 400, "invalid_argument"},
 		{"order of another user", "GET", "/api/v1/orders/" + oid, user(2), "", 404, "not_found"},
 		{"unknown order", "GET", "/api/v1/orders/12345", user(1), "", 404, "not_found"},
-		{"order with a wrong token", "GET", "/api/v1/orders/" + oid, map[string]string{"Authorization": "Bearer wrong"}, "", 400, "invalid_argument"},
+		{"order with a wrong token", "GET", "/api/v1/orders/" + oid, map[string]string{"Authorization": "Bearer wrong"}, "", 401, "unauthorized"},
 		{"unknown path", "GET", "/api/v2/whatever", nil, "", 404, "not_found"},
 	}
 	for _, c := range cases {

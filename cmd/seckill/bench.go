@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/seckilldev/seckill/auth"
 	"github.com/seckilldev/seckill/check"
 	"github.com/seckilldev/seckill/loadgen"
 	"github.com/seckilldev/seckill/stock"
@@ -39,6 +40,14 @@ type benchConfig struct {
 	noWorker    bool
 	jsonOut     bool
 	cmp         compareFlags
+	drain       drainFlags
+	// identity is how the crowd names its buyers: header or jwt (tokens
+	// minted with jwtSecret, aud jwtAudience, iss jwtIssuer).
+	identity    string
+	jwtSecret   string
+	jwtAudience string
+	jwtIssuer   string
+	jwtClaim    string
 }
 
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -60,7 +69,13 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&c.compare, "compare", false, "compare grab strategies (database alone, global lock, per-activity lock, per-user lock, no lock, Lua)")
 	fs.BoolVar(&c.noWorker, "no-worker", false, "when self-hosting: run the service without the order worker (measures the grab path alone)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the results as JSON")
+	fs.StringVar(&c.identity, "identity", "header", "how the crowd names its buyers: header (X-User-ID) or jwt (bearer JWTs minted with --jwt-secret; when self-hosting, a secret of its own)")
+	fs.StringVar(&c.jwtSecret, "jwt-secret", "", "with --identity jwt and --target: the service's HS256 secret, to mint tokens")
+	fs.StringVar(&c.jwtAudience, "jwt-audience", "", "with --identity jwt and --target: the aud of the minted tokens")
+	fs.StringVar(&c.jwtIssuer, "jwt-issuer", "", "with --identity jwt and --target: the iss of the minted tokens")
+	fs.StringVar(&c.jwtClaim, "jwt-user-claim", "sub", "with --identity jwt and --target: the claim that holds the user id")
 	c.cmp.register(fs)
+	c.drain.register(fs)
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -83,6 +98,20 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("--target needs --activity or --admin-token")
 	case c.baseline && c.compare:
 		return usagef("--baseline and --compare are separate runs")
+	case c.identity != "header" && c.identity != "jwt":
+		return usagef("--identity: %q is not one of header, jwt", c.identity)
+	case c.identity == "jwt" && (c.baseline || c.compare):
+		return usagef("--identity jwt measures the service itself: not with --baseline or --compare")
+	case c.identity == "jwt" && c.target != "" && len(c.jwtSecret) < auth.MinSecretLen:
+		return usagef("--identity jwt with --target needs --jwt-secret, the service's secret (at least %d bytes)", auth.MinSecretLen)
+	case c.cmp.results != "" && !c.compare:
+		return usagef("--results saves the results of --compare")
+	}
+	if err := c.drain.check(c, set); err != nil {
+		return err
+	}
+	if c.drain.on {
+		return runDrain(ctx, c, stdout, stderr)
 	}
 	if c.compare {
 		if c.target != "" {
@@ -122,7 +151,7 @@ func runBench(ctx context.Context, c benchConfig, stdout, stderr io.Writer) erro
 		return runBaseline(ctx, c, stdout, stderr)
 	}
 	if c.activity == 0 {
-		id, err := createSale(ctx, c.target, c.adminToken, c.stock, time.Now().Add(time.Second))
+		id, err := createSale(ctx, c.target, c.adminToken, c.stock, time.Now().Add(time.Second), 0)
 		if err != nil {
 			return err
 		}
@@ -132,6 +161,9 @@ func runBench(ctx context.Context, c benchConfig, stdout, stderr io.Writer) erro
 	cfg := loadgen.Config{URL: c.target, ActivityID: c.activity, Users: c.users, Concurrency: c.concurrency,
 		Requests: c.requests, Duration: c.duration, RepeatShare: c.repeat, WatchRemaining: true,
 		Progress: loadgen.ProgressWriter(stderr), StartAt: time.Now().Add(time.Second)}
+	if c.identity == "jwt" {
+		cfg.Token = jwtBuyers(c.jwtSecret, c.jwtAudience, c.jwtIssuer, c.jwtClaim).token()
+	}
 	rep, err := loadgen.Run(ctx, cfg)
 	if err != nil {
 		return err
@@ -192,7 +224,7 @@ func verify(ctx context.Context, c benchConfig, rep *loadgen.Report, stderr io.W
 // of its own, with the same generator settings, and prints the ratios.
 func runBaseline(ctx context.Context, c benchConfig, stdout, stderr io.Writer) error {
 	say := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
-	base, stopBase, err := startChild(ctx, stderr, "baseline-server")
+	base, stopBase, err := startChild(ctx, stderr, nil, "baseline-server")
 	if err != nil {
 		return err
 	}
@@ -205,7 +237,7 @@ func runBaseline(ctx context.Context, c benchConfig, stdout, stderr io.Writer) e
 
 	var out []scenario
 	// 1. Every grab succeeds: a stock nobody can exhaust, every user new.
-	id, err := createSale(ctx, c.target, c.adminToken, 100_000_000, time.Now().Add(500*time.Millisecond))
+	id, err := createSale(ctx, c.target, c.adminToken, 100_000_000, time.Now().Add(500*time.Millisecond), 0)
 	if err != nil {
 		return err
 	}
@@ -219,7 +251,7 @@ func runBaseline(ctx context.Context, c benchConfig, stdout, stderr io.Writer) e
 	out = append(out, s)
 
 	// 2. After the sell-out: the common case of a real sale.
-	id, err = createSale(ctx, c.target, c.adminToken, 1, time.Now().Add(500*time.Millisecond))
+	id, err = createSale(ctx, c.target, c.adminToken, 1, time.Now().Add(500*time.Millisecond), 0)
 	if err != nil {
 		return err
 	}
@@ -298,7 +330,15 @@ func startChildService(ctx context.Context, c *benchConfig, stderr io.Writer) (*
 	if c.noWorker {
 		args = append(args, "--no-worker")
 	}
-	url, stop, err := startChild(ctx, stderr, args...)
+	var env []string
+	if c.identity == "jwt" {
+		// A secret of its own, passed in the environment (not on a
+		// command line that ps shows), with the default claims.
+		c.jwtSecret, c.jwtAudience, c.jwtIssuer, c.jwtClaim = randomHex(32), "", "", "sub"
+		args = append(args, "--identity", "jwt")
+		env = append(env, envName("jwt-secret")+"="+c.jwtSecret)
+	}
+	url, stop, err := startChild(ctx, stderr, env, args...)
 	if err != nil {
 		for _, f := range cleanup {
 			f()
@@ -314,14 +354,23 @@ func startChildService(ctx context.Context, c *benchConfig, stderr io.Writer) (*
 	}}, nil
 }
 
-// startChild runs this executable with args and waits for the line
-// "listening on <addr>" on its stdout. stop sends SIGTERM and waits.
-func startChild(ctx context.Context, stderr io.Writer, args ...string) (url string, stop func(), err error) {
+// startChild runs this executable with args, and env added to the
+// environment, and waits for the line "listening on <addr>" on its stdout.
+// stop sends SIGTERM and waits.
+func startChild(ctx context.Context, stderr io.Writer, env []string, args ...string) (url string, stop func(), err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", nil, err
 	}
 	cmd := exec.Command(exe, args...)
+	// How the child identifies buyers is the bench's choice alone, not
+	// the environment's.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SECKILL_JWT_") && !strings.HasPrefix(kv, "SECKILL_IDENTITY=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

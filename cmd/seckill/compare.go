@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -16,6 +19,7 @@ type compareFlags struct {
 	rounds     int
 	lockWait   time.Duration
 	lockTTL    time.Duration
+	results    string
 }
 
 func (f *compareFlags) register(fs flagSet) {
@@ -24,11 +28,18 @@ func (f *compareFlags) register(fs flagSet) {
 	fs.IntVar(&f.rounds, "rounds", compare.DefaultRounds, "with --compare: rounds per strategy (the table shows medians)")
 	fs.DurationVar(&f.lockWait, "lock-wait", compare.DefaultLockWait, "with --compare: longest lock wait before a grab answers busy")
 	fs.DurationVar(&f.lockTTL, "lock-ttl", compare.DefaultLockTTL, "with --compare: the fixed lock lease")
+	fs.StringVar(&f.results, "results", "", "with --compare: also save the results as JSON to `FILE`, which the dashboard of seckill serve --compare-results FILE charts (serve reads "+defaultCompareResults+" by default)")
 }
 
 // runCompare runs the lock-granularity comparison. Flags the user did not
 // set take the comparison's own defaults (a smaller crowd than a bench).
 func runCompare(ctx context.Context, c benchConfig, set map[string]bool, stdout, stderr io.Writer) error {
+	if c.cmp.results != "" {
+		// Found out now, not after minutes of measuring.
+		if fi, err := os.Stat(filepath.Dir(c.cmp.results)); err != nil || !fi.IsDir() {
+			return usagef("--results: %s is not in an existing directory", c.cmp.results)
+		}
+	}
 	cfg := compare.Config{DB: c.dbURL, Redis: c.redisURL, Strategies: strings.Split(c.cmp.strategies, ","),
 		Items: c.cmp.items, Rounds: c.cmp.rounds, LockWait: c.cmp.lockWait, LockTTL: c.cmp.lockTTL,
 		Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
@@ -56,6 +67,12 @@ func runCompare(ctx context.Context, c benchConfig, set map[string]bool, stdout,
 	t, err := compare.Run(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	if c.cmp.results != "" {
+		if err := t.Save(c.cmp.results); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "results saved to %s: `seckill serve --compare-results %[1]s` charts them at /dashboard/\n", c.cmp.results)
 	}
 	if c.jsonOut {
 		return writeJSON(stdout, t)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/seckilldev/seckill/check"
+	"github.com/seckilldev/seckill/dashboard"
 	"github.com/seckilldev/seckill/loadgen"
 	"github.com/seckilldev/seckill/stock"
 )
@@ -25,6 +26,16 @@ type demoConfig struct {
 	redisURL    string
 	dbURL       string
 	jsonOut     bool
+	// The order's life after the grab (0 payWithin: no payment step).
+	payWithin             time.Duration
+	payShare, cancelShare float64
+	// keep leaves the service and its dashboard up after the report, until
+	// Enter or Ctrl-C (keepFlags).
+	keep bool
+	// identity is how buyers are named: header (X-User-ID) or jwt (bearer
+	// tokens the demo mints; token is set by runDemo).
+	identity string
+	token    func(uid int64) (string, error)
 }
 
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -38,7 +49,17 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&c.redisURL, "redis", "", "Redis URL (default: an embedded Redis in this process)")
 	fs.StringVar(&c.dbURL, "db", "", "database URL (default: a SQLite file in a temporary directory)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the report as JSON")
+	fs.StringVar(&c.identity, "identity", "header", "how the crowd names its buyers: header (X-User-ID) or jwt (the service verifies bearer JWTs, which the demo mints with a secret of its own)")
+	fs.DurationVar(&c.payWithin, "pay-within", 10*time.Second, "payment window of each order (0: no payment step: orders end confirmed)")
+	fs.Float64Var(&c.payShare, "pay", 0.5, "share of the winners who pay")
+	fs.Float64Var(&c.cancelShare, "cancel", 0.3, "share of the winners who cancel (the others never pay)")
+	var keep keepFlags
+	keep.register(fs)
 	if err := fs.parse(args); err != nil {
+		return err
+	}
+	var err error
+	if c.keep, err = keep.resolve(fs, &c.countdown); err != nil {
 		return err
 	}
 	switch {
@@ -52,6 +73,14 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usagef("--concurrency: %d is not between 1 and 10000", c.concurrency)
 	case c.countdown < 0 || c.countdown > time.Hour:
 		return usagef("--countdown: %v is not between 0 and 1h", c.countdown)
+	case c.identity != "header" && c.identity != "jwt":
+		return usagef("--identity: %q is not one of header, jwt", c.identity)
+	case c.payWithin < 0 || c.payWithin > 10*time.Minute || c.payWithin%time.Second != 0:
+		return usagef("--pay-within: %v is not whole seconds between 0 and 10m", c.payWithin)
+	case c.payShare < 0 || c.payShare > 1:
+		return usagef("--pay: %v is not between 0 and 1", c.payShare)
+	case c.cancelShare < 0 || c.payShare+c.cancelShare > 1:
+		return usagef("--cancel: %v is not between 0 and 1 - --pay", c.cancelShare)
 	}
 	return runDemo(ctx, c, stdout, stderr)
 }
@@ -59,6 +88,7 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // demoReport is what `seckill demo --json` prints.
 type demoReport struct {
 	Load   *loadgen.Report `json:"load"`
+	After  *afterReport    `json:"after,omitempty"`
 	Checks *check.Report   `json:"checks"`
 	OK     bool            `json:"ok"`
 }
@@ -74,7 +104,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		c.redisURL = url
 		say("redis:    embedded (%s), running the same Lua scripts as a real Redis", url)
 	} else {
-		say("redis:    %s", c.redisURL)
+		say("redis:    %s", redactURL(c.redisURL))
 	}
 	if c.dbURL == "" {
 		dir, err := os.MkdirTemp("", "seckill-demo")
@@ -88,6 +118,16 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		say("database: %s", redactURL(c.dbURL))
 	}
 
+	var guard guardFlags
+	var crowd buyers
+	if c.identity == "jwt" {
+		secret := randomHex(32)
+		guard = guardFlags{identity: "jwt", jwtSecret: secret}
+		crowd = jwtBuyers(secret, "", "", "")
+		say("identity: bearer JWTs (HS256) that the service verifies, minted by the crowd")
+	}
+	c.token = crowd.token()
+
 	// The service, in this process, on a loopback port.
 	token := "demo-" + randomHex(8)
 	prefix := "demo" + randomHex(4)
@@ -99,6 +139,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		srvDone <- runServe(srvCtx, serveConfig{listen: "127.0.0.1:0", adminToken: token,
 			backend: backendFlags{redisURL: c.redisURL, dbURL: c.dbURL, prefix: prefix},
 			worker:  workerFlags{batch: 200, claimIdle: 15 * time.Second},
+			guard:   guard,
 			logs:    logFlags{level: "warn", format: "text"},
 			ready:   func(addr string) { ready <- addr }}, io.Discard, stderr)
 	}()
@@ -112,9 +153,10 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		return ctx.Err()
 	}
 	say("service:  %s (HTTP API, order worker)", base)
+	say("dashboard: %s%s (admin token %s)", base, dashboard.Prefix, token)
 
 	startsAt := time.Now().Add(c.countdown).Truncate(time.Millisecond)
-	id, err := createSale(ctx, base, token, c.stock, startsAt)
+	id, err := createSale(ctx, base, token, c.stock, startsAt, c.payWithin)
 	if err != nil {
 		return err
 	}
@@ -123,7 +165,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 
 	rep, err := loadgen.Run(ctx, loadgen.Config{URL: base, ActivityID: id, Users: c.users,
 		Concurrency: c.concurrency, RepeatShare: c.repeat, StartAt: startsAt,
-		WatchRemaining: true, Progress: loadgen.ProgressWriter(stderr)})
+		WatchRemaining: true, Progress: loadgen.ProgressWriter(stderr), Token: c.token})
 	if err != nil {
 		return fmt.Errorf("crowd: %w", err)
 	}
@@ -138,25 +180,29 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 	if drainErr != nil {
 		say("not drained: %v", drainErr)
 	}
+	answers := &check.Answers{ByUser: rep.OrdersByUser(), Uncertain: rep.UncertainUsers()}
+	var after *afterReport
+	if c.payWithin > 0 && drainErr == nil {
+		if after, err = afterTheGrab(ctx, c, base, id, winnersOf(answers.ByUser), answers, crowd.identify(), say); err != nil {
+			return err
+		}
+		if drainErr = check.WaitDrained(ctx, rdb, prefix, id, 2*time.Minute); drainErr != nil {
+			say("not drained: %v", drainErr)
+		}
+	}
 	db, err := check.Open(ctx, c.dbURL)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	res, err := check.Run(ctx, check.Config{DB: db, Redis: rdb, Prefix: prefix, ActivityID: id,
-		Answers: &check.Answers{ByUser: rep.OrdersByUser(), Uncertain: rep.UncertainUsers()}})
+	res, err := settled(ctx, check.Config{DB: db, Redis: rdb, Prefix: prefix, ActivityID: id, Answers: answers})
 	if err != nil {
 		return fmt.Errorf("check: %w", err)
 	}
-	stopSrv()
-	if err := <-srvDone; err != nil {
-		say("service stopped with: %v", err)
-	}
-
 	if c.jsonOut {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(demoReport{Load: rep, Checks: res, OK: res.OK()}); err != nil {
+		if err := enc.Encode(demoReport{Load: rep, After: after, Checks: res, OK: res.OK()}); err != nil {
 			return err
 		}
 	} else {
@@ -166,18 +212,29 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		_ = res.WriteTable(stdout)
 		fmt.Fprintln(stdout)
 	}
+	if c.keep {
+		keepServing(ctx, os.Stdin, base+dashboard.Prefix, stderr)
+	}
+	stopSrv()
+	if err := <-srvDone; err != nil {
+		say("service stopped with: %v", err)
+	}
 	if !res.OK() {
 		return fmt.Errorf("invariants violated: %v", res.Err())
 	}
 	fmt.Fprintf(stdout, "PASS: sold %d of %d, 0 oversold, 0 duplicates, 0 lost orders (checked against the database)\n",
-		res.Confirmed, res.Stock)
+		res.Sold(), res.Stock)
+	if after != nil {
+		fmt.Fprintf(stdout, "      %d paid, %d awaiting payment; %d cancelled and %d expired units were sold again, each returned once\n",
+			res.Paid, res.Confirmed, res.Cancelled, res.Expired)
+	}
 	return nil
 }
 
 // createSale creates the demo's activity through the admin API.
-func createSale(ctx context.Context, base, token string, stockN int64, startsAt time.Time) (int64, error) {
-	body := fmt.Sprintf(`{"name":"demo flash sale","stock":%d,"starts_at":%q,"ends_at":%q}`, stockN,
-		startsAt.UTC().Format(time.RFC3339Nano), startsAt.Add(time.Hour).UTC().Format(time.RFC3339Nano))
+func createSale(ctx context.Context, base, token string, stockN int64, startsAt time.Time, payWithin time.Duration) (int64, error) {
+	body := fmt.Sprintf(`{"name":"demo flash sale","stock":%d,"starts_at":%q,"ends_at":%q,"pay_within_seconds":%d}`, stockN,
+		startsAt.UTC().Format(time.RFC3339Nano), startsAt.Add(time.Hour).UTC().Format(time.RFC3339Nano), int64(payWithin.Seconds()))
 	req, err := http.NewRequestWithContext(ctx, "POST", base+"/api/v1/activities", strings.NewReader(body))
 	if err != nil {
 		return 0, err

@@ -46,7 +46,19 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
 }
 
+// secrets returns the credentials in the URLs, for redaction.
+func (b *backendFlags) secrets() []string {
+	return append(urlSecrets(b.redisURL), urlSecrets(b.dbURL)...)
+}
+
+// open connects to Redis and the database. Its errors never show a
+// password of the URLs, whatever their form.
 func (b *backendFlags) open(ctx context.Context, log *slog.Logger) (*backends, error) {
+	bk, err := b.connect(ctx, log)
+	return bk, (secrets{}).add(b.secrets()...).err(err)
+}
+
+func (b *backendFlags) connect(ctx context.Context, log *slog.Logger) (*backends, error) {
 	redis.SetLogger(redisLogger{log})
 	if b.prefix == "" || strings.ContainsAny(b.prefix, "{} \t\r\n") {
 		return nil, usagef("--redis-prefix: %q must be non-empty, without braces or spaces", b.prefix)
@@ -89,7 +101,7 @@ func (b *backendFlags) open(ctx context.Context, log *slog.Logger) (*backends, e
 func (bk *backends) workerEngine(ctx context.Context, b *backendFlags) (*stock.Engine, error) {
 	rdb, err := stock.Dial(ctx, b.redisURL, 8)
 	if err != nil {
-		return nil, fmt.Errorf("--redis: %w", err)
+		return nil, (secrets{}).add(b.secrets()...).err(fmt.Errorf("--redis: %w", err))
 	}
 	e := stock.New(rdb, stock.Config{Prefix: b.prefix})
 	bk.closers = append(bk.closers, rdb.Close, func() error { e.Close(); return nil })

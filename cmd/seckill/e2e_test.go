@@ -49,6 +49,9 @@ func startServe(t testing.TB, be backend, prefix string, extra ...string) *insta
 		if e == "--no-worker" {
 			c.noWorker = true
 		}
+		if f, ok := strings.CutPrefix(e, "--compare-results="); ok {
+			c.compareResults = f
+		}
 	}
 	go func() { done <- runServe(ctx, c, io.Discard, testWriter{t}) }()
 	select {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"strings"
 )
@@ -74,12 +73,16 @@ func (l *logFlags) register(fs flagSet) {
 	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
 }
 
-func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
+// logger returns the process log; the texts in hide never appear in it.
+func (l *logFlags) logger(w io.Writer, hide ...string) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(l.level)); err != nil {
 		return nil, usagef("--log-level: %q is not one of debug, info, warn, error", l.level)
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	if s := (secrets{}).add(hide...); len(s) > 0 {
+		opts.ReplaceAttr = s.replaceAttr
+	}
 	switch l.format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
@@ -87,15 +90,6 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, usagef("--log-format: %q is not one of text, json", l.format)
-}
-
-// redactURL hides a password in a URL for printing.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
 
 func randomHex(n int) string {

@@ -4,6 +4,7 @@
 //	seckill worker   the order worker alone
 //	seckill demo     a whole sale on embedded defaults, verified
 //	seckill bench    a load generator that verifies
+//	seckill token    bearer tokens for a service that verifies them
 package main
 
 import (
@@ -25,6 +26,7 @@ commands:
   demo     run a whole sale on embedded defaults and verify it
   bench    load-test a service and verify it; --baseline, --compare
   soak     a long run across API and worker processes with kills and pauses, verified
+  token    mint bearer tokens (HS256) for a service run with --identity jwt
   help     show this text
 
 Run "seckill <command> -h" for a command's flags. Every flag has an
@@ -55,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = benchCmd(ctx, args[1:], stdout, stderr)
 	case "soak":
 		err = soakCmd(ctx, args[1:], stdout, stderr)
+	case "token":
+		err = tokenCmd(ctx, args[1:], stdout, stderr)
 	case "baseline-server":
 		err = baselineServerCmd(ctx, args[1:], stdout, stderr)
 	case "worker":

@@ -232,10 +232,10 @@ func TestMultiProcess(t *testing.T) {
 	}
 	defer db.Close()
 	var confirmed, dups, remaining int64
-	if err := db.QueryRow(`SELECT count(*) FROM orders WHERE activity_id = $1 AND status = 'confirmed'`, id).Scan(&confirmed); err != nil {
+	if err := db.QueryRow(`SELECT count(*) FROM orders WHERE activity_id = $1 AND status IN ('confirmed', 'paid')`, id).Scan(&confirmed); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.QueryRow(`SELECT count(*) FROM (SELECT user_id FROM orders WHERE activity_id = $1 GROUP BY user_id HAVING count(*) > 1) d`, id).Scan(&dups); err != nil {
+	if err := db.QueryRow(`SELECT count(*) FROM (SELECT user_id FROM orders WHERE activity_id = $1 AND status IN ('confirmed', 'paid') GROUP BY user_id HAVING count(*) > 1) d`, id).Scan(&dups); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.QueryRow(`SELECT remaining FROM activities WHERE id = $1`, id).Scan(&remaining); err != nil {

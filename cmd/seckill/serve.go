@@ -20,9 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/seckilldev/seckill/httpapi"
-	"github.com/seckilldev/seckill/lock"
-	goredislock "github.com/seckilldev/seckill/lock/goredis"
-	"github.com/seckilldev/seckill/lock/lockprom"
 	"github.com/seckilldev/seckill/sale"
 	"github.com/seckilldev/seckill/stock"
 	"github.com/seckilldev/seckill/worker"
@@ -35,7 +32,12 @@ type serveConfig struct {
 	debug      string
 	backend    backendFlags
 	worker     workerFlags
+	expiry     expiryFlags
+	guard      guardFlags
 	logs       logFlags
+	// compareResults is the file of `bench --compare --results` that the
+	// dashboard charts.
+	compareResults string
 	// drainTimeout bounds the HTTP drain on shutdown, and then the
 	// worker's. Zero: defaultDrainTimeout.
 	drainTimeout time.Duration
@@ -61,8 +63,11 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.debug, "debug-listen", "", "address to serve Go's pprof profiles on (default: none)")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", defaultDrainTimeout, "on SIGTERM, how long to answer the requests in flight, then as long for the worker to write the accepted orders; 0: no grace")
 	fs.DurationVar(&c.drainIdle, "drain-idle", defaultDrainIdle, "on SIGTERM, how long an idle keep-alive connection may stay silent before it is closed; its next request until then is answered, with Connection: close")
+	fs.StringVar(&c.compareResults, "compare-results", defaultCompareResults, "the `FILE` of seckill bench --compare --results FILE that the dashboard charts")
 	c.backend.register(fs, "sqlite://seckill.db")
 	c.worker.register(fs)
+	c.expiry.register(fs)
+	c.guard.register(fs)
 	c.logs.register(fs)
 	if err := fs.parse(args); err != nil {
 		return err
@@ -82,11 +87,18 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) error {
-	log, err := c.logs.logger(stderr)
+	if err := c.guard.check(); err != nil {
+		return err
+	}
+	log, err := c.logs.logger(stderr, append(c.backend.secrets(), c.guard.secrets(c.adminToken)...)...)
 	if err != nil {
 		return err
 	}
 	wcfg, err := c.worker.config()
+	if err != nil {
+		return err
+	}
+	ecfg, err := c.expiry.config(c.backend.prefix)
 	if err != nil {
 		return err
 	}
@@ -118,19 +130,26 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(stock.NewCollector(bk.engine, liveActivities(bk)))
+	reg.MustRegister(stock.NewMemoryCollector(bk.rdb))
 
-	lockMetrics := lockprom.New("seckill")
-	reg.MustRegister(lockMetrics)
-	locks := lock.New(goredislock.New(bk.rdb), lock.WithPrefix(c.backend.prefix+":lock"), lock.WithHooks(lockMetrics.Hooks()))
+	locks := newLocks(bk.rdb, c.backend.prefix, reg)
 	defer locks.Close()
-	svc := sale.New(bk.store, bk.engine, sale.Config{Serialize: serializer(locks)}, log, sale.NewMetrics(reg))
+	saleMetrics := sale.NewMetrics(reg)
+	svc := sale.New(bk.store, bk.engine, sale.Config{Serialize: serializer(locks)}, log, saleMetrics)
 	if err := svc.WarmUp(ctx); err != nil {
 		log.Warn("warm-up incomplete; activities load on first grab", "err", err)
 	}
-	api := httpapi.New(svc, c.adminToken, health(bk), log, reg, reg)
+	guardCtx, stopGuard := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopGuard()
+	apiOpts, blocklist, err := c.guard.apiOptions(guardCtx, bk, c.backend.prefix, log)
+	if err != nil {
+		return err
+	}
+	api := httpapi.New(svc, c.adminToken, health(bk, (secrets{}).add(c.backend.secrets()...)), log, reg, reg, apiOpts...)
+	dash := newDashboard(c, bk, saleMetrics, api, log)
 	var dr drainer
-	srv := &http.Server{Handler: dr.handler(api), ConnState: dr.connState,
-		ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := c.guard.server(dr.handler(dash.Mount(api)))
+	srv.ConnState = dr.connState
 
 	// background work stops when bgCtx ends, after the HTTP server drained.
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -143,6 +162,7 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 		defer wg.Done()
 		_ = svc.Run(bgCtx)
 	}()
+	wg.Go(func() { _ = blocklist.Run(bgCtx) })
 	if !c.noWorker {
 		wEngine, err := bk.workerEngine(ctx, &c.backend)
 		if err != nil {
@@ -155,6 +175,10 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 			_ = w.Run(bgCtx)
 		}()
 	}
+	runDashboard(ctx, bgCtx, &wg, dash)
+	if err := startExpiry(bgCtx, &wg, &c.expiry, ecfg, bk, locks, log, reg); err != nil {
+		return err
+	}
 
 	if c.debug != "" {
 		stopDebug, err := serveDebug(c.debug)
@@ -166,12 +190,13 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "worker", !c.noWorker)
+	log.Info("serving", "addr", ln.Addr().String(), "worker", !c.noWorker, "expiry", !c.expiry.off)
 	if generated {
 		fmt.Fprintf(stdout, "admin token (generated; pass --admin-token to choose one): %s\n", c.adminToken)
 	}
 	fmt.Fprintf(stdout, "database: %s\n", describeDB(c.backend.dbURL))
 	fmt.Fprintf(stdout, "listening on %s\n", ln.Addr())
+	fmt.Fprintf(stdout, "dashboard: %s\n", dashboardURL(ln.Addr()))
 	if c.ready != nil {
 		c.ready(ln.Addr().String())
 	}
@@ -225,10 +250,12 @@ func liveActivities(bk *backends) func(ctx context.Context) ([]int64, error) {
 	}
 }
 
-func health(bk *backends) map[string]httpapi.Health {
+// health checks the backends; their errors, shown to the admin only, hide
+// the secrets of the URLs too.
+func health(bk *backends, hide secrets) map[string]httpapi.Health {
 	return map[string]httpapi.Health{
-		"redis":    func(ctx context.Context) error { return bk.rdb.Ping(ctx).Err() },
-		"database": bk.store.Ping,
+		"redis":    func(ctx context.Context) error { return hide.err(bk.rdb.Ping(ctx).Err()) },
+		"database": func(ctx context.Context) error { return hide.err(bk.store.Ping(ctx)) },
 	}
 }
 

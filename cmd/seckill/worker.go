@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,6 +47,7 @@ func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var (
 		backend backendFlags
 		wf      workerFlags
+		ef      expiryFlags
 		logs    logFlags
 		metrics string
 		drain   time.Duration
@@ -53,17 +55,22 @@ func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlagSet("worker", stderr)
 	backend.register(fs, "sqlite://seckill.db")
 	wf.register(fs)
+	ef.register(fs)
 	logs.register(fs)
 	fs.StringVar(&metrics, "metrics-listen", "", "address to serve /metrics on (default: none)")
 	fs.DurationVar(&drain, "drain-timeout", 30*time.Second, "on SIGTERM, how long to go on writing the orders that the streams held then; 0: no grace")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
-	log, err := logs.logger(stderr)
+	log, err := logs.logger(stderr, backend.secrets()...)
 	if err != nil {
 		return err
 	}
 	cfg, err := wf.config()
+	if err != nil {
+		return err
+	}
+	ecfg, err := ef.config(backend.prefix)
 	if err != nil {
 		return err
 	}
@@ -89,6 +96,15 @@ func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
+	}
+	locks := newLocks(bk.rdb, backend.prefix, reg)
+	defer locks.Close()
+	// The expiry job ends before the backends it uses are closed.
+	ectx, stopExpiry := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stopExpiry(); wg.Wait() }()
+	if err := startExpiry(ectx, &wg, &ef, ecfg, bk, locks, log, reg); err != nil {
+		return err
 	}
 	w := worker.New(bk.store, bk.engine, cfg, log, worker.NewMetrics(reg))
 	err = w.Run(ctx)

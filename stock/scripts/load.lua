@@ -3,27 +3,43 @@
 -- step, so a half-loaded activity is never visible: without meta, grab.lua
 -- answers "not loaded".
 --
--- KEYS[1] meta    hash
--- KEYS[2] stock   string
--- KEYS[3] orders  stream
+-- KEYS[1] meta     hash
+-- KEYS[2] stock    string
+-- KEYS[3] orders   stream
+-- KEYS[4] returned set   the receipts of return.lua
+-- KEYS[5] the receipts of the returns the database snapshot holds, staged
+--         beforehand (in chunks) under a key of this load's own. They
+--         become the receipt set only if this call loads the activity:
+--         receipts from a snapshot that the loaded stock does not reflect
+--         would make return.lua skip units it owes.
 -- ARGV[1] starts_ms  ARGV[2] ends_ms  ARGV[3] stock  ARGV[4] remaining
 -- ARGV[5] consumer group name
 -- ARGV[6] the highest local order id the activity is known to have used
 --         (in the database, among the buyers), "0" if none
 --
+-- The staged receipts replace any receipt set left from before: Redis lost
+-- the activity, and the snapshot holds every return committed before it.
+--
 -- Order ids (see grab.lua) continue past ARGV[6] and past the last entry id
 -- the stream generated, if the stream outlived the rest (XADD refuses an id
--- not above it, deleted entries included). The epoch, which compensate.lua
--- and reconcile.lua advance whenever they change the buyers while the stock
--- may be 0, starts at a fresh value, Redis' clock in microseconds: an
--- instance that holds a snapshot of the buyers taken before the activity
--- was lost sees another epoch and drops it.
+-- not above it, deleted entries included). The epoch, which compensate.lua,
+-- reconcile.lua and return.lua advance whenever they change the buyers
+-- while the stock may be 0, starts at a fresh value, Redis' clock in
+-- microseconds: an instance that holds a snapshot of the buyers taken
+-- before the activity was lost sees another epoch and drops it.
 --
 -- Returns 1 if this call loaded the activity, 0 if it was loaded already.
 if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('DEL', KEYS[5])
   return 0
 end
 redis.call('SET', KEYS[2], ARGV[4])
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  redis.call('RENAME', KEYS[5], KEYS[4])
+  redis.call('PERSIST', KEYS[4])
+else
+  redis.call('DEL', KEYS[4])
+end
 local starts = tonumber(ARGV[1])
 local seq = tonumber(ARGV[6])
 if redis.call('EXISTS', KEYS[3]) == 1 then

@@ -9,6 +9,9 @@
 -- KEYS[3] buyers  hash
 -- KEYS[4] debt    string units taken while the stock was 0, owed by the
 --                 next compensations (see compensate.lua)
+-- KEYS[5] returned set   receipts of return.lua: an order whose unit came
+--                 back is not taken again, whatever the caller read of it
+--                 before it was cancelled or expired
 -- ARGV: uid1, local1, uid2, local2, ... (confirmed orders, local ids in
 --       decimal)
 --
@@ -27,7 +30,7 @@ for i = 1, #ARGV, 2 do
   local uid, oid = ARGV[i], ARGV[i + 1]
   top = math.max(top, tonumber(oid))
   local mark = redis.call('HGET', KEYS[3], uid)
-  if mark ~= oid then
+  if mark ~= oid and redis.call('SISMEMBER', KEYS[5], oid) == 0 then
     redis.call('HSET', KEYS[3], uid, oid)
     changed = changed + 1
     -- A user Redis did not know takes a unit now. A user who grabbed

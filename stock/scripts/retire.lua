@@ -5,7 +5,7 @@
 -- checks again that nothing is delivered and unacknowledged.
 --
 -- KEYS[1] meta  KEYS[2] stock  KEYS[3] buyers  KEYS[4] orders  KEYS[5] debt
--- KEYS[6] awake
+-- KEYS[6] awake  KEYS[7] returned
 -- ARGV[1] consumer group  ARGV[2] the activity's end, unix ms
 -- ARGV[3] retention in ms
 --
@@ -22,5 +22,5 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
     return 0
   end
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 return 1

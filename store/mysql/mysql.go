@@ -36,16 +36,25 @@ var migrations embed.FS
 // DefaultConnectTimeout bounds dialling when the URL has no timeout.
 const DefaultConnectTimeout = 10 * time.Second
 
-// Store is a seckill.Store on a MySQL or MariaDB database.
+// Store is a seckill.Store on a MySQL or MariaDB database. The methods that
+// all engines share come from the embedded sqlstore.Store.
 type Store struct {
+	*sqlstore.Store
 	db *sql.DB
 }
 
 var _ seckill.Store = (*Store)(nil)
 
+// maxConns bounds the connections of one Store.
+const maxConns = 16
+
 // Open connects to the database at url, pings it, and applies the migrations
 // it lacks. See Config for the form of url.
-func Open(ctx context.Context, url string) (*Store, error) {
+func Open(ctx context.Context, url string) (*Store, error) { return open(ctx, url, "") }
+
+// open connects to the database at url and applies the migrations it lacks
+// up to version upTo ("": all of them).
+func open(ctx context.Context, url, upTo string) (*Store, error) {
 	cfg, err := Config(url)
 	if err != nil {
 		return nil, err
@@ -55,17 +64,42 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, fmt.Errorf("mysql: %w", err)
 	}
 	db := sql.OpenDB(connector)
-	db.SetMaxIdleConns(16)
+	// Bounded, so that a burst of requests queues here instead of
+	// exceeding the server's max_connections (151 by default, shared by
+	// every instance), which would fail them.
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("mysql: cannot reach database %s at %s: %w", cfg.DBName, cfg.Addr, err)
 	}
-	if err := migrate(ctx, cfg); err != nil {
+	if err := migrate(ctx, cfg, upTo); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("mysql: migrate: %w", err)
 	}
-	return &Store{db: db}, nil
+	s := &Store{db: db}
+	s.Store = sqlstore.New(sqlstore.Engine{
+		Name:    "mysql",
+		Dialect: sqlstore.MySQL,
+		DB:      sqlstore.SQLConn(db),
+		InTx: func(ctx context.Context, fn func(sqlstore.Conn) error) error {
+			return s.inTx(ctx, func(tx *sql.Tx) error { return fn(sqlstore.SQLConn(tx)) })
+		},
+		Snapshot: func(ctx context.Context, fn func(sqlstore.Conn) error) error {
+			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			if err := fn(sqlstore.SQLConn(tx)); err != nil {
+				return err
+			}
+			return tx.Commit()
+		},
+		Retryable: retryable,
+	})
+	return s, nil
 }
 
 // Config turns mysql://user:pass@host[:port]/db?params into the driver's
@@ -124,12 +158,12 @@ func Config(rawURL string) (*gomysql.Config, error) {
 	return cfg, nil
 }
 
-// migrate applies the missing migrations while holding a named lock, so
-// processes starting together apply each exactly once. MySQL commits DDL
-// at once, so a migration is recorded after it ran; its statements must be
-// safe to run again should it fail halfway.
-func migrate(ctx context.Context, cfg *gomysql.Config) error {
-	ms, err := sqlstore.Migrations(migrations, "migrations")
+// migrate applies the missing migrations up to version upTo ("": all)
+// while holding a named lock, so processes starting together apply each
+// exactly once. MySQL commits DDL at once, so a migration is recorded after
+// it ran; its statements must be safe to run again should it fail halfway.
+func migrate(ctx context.Context, cfg *gomysql.Config, upTo string) error {
+	ms, err := sqlstore.Migrations(migrations, "migrations", upTo)
 	if err != nil {
 		return err
 	}
@@ -231,10 +265,10 @@ func (s *Store) CreateActivity(ctx context.Context, a *seckill.Activity) error {
 		return err
 	}
 	a.StartsAt, a.EndsAt = sqlstore.Millis(a.StartsAt), sqlstore.Millis(a.EndsAt)
-	const q = `INSERT INTO activities (name, stock, remaining, starts_at, ends_at) VALUES (?, ?, ?, ?, ?)`
+	const q = `INSERT INTO activities (name, stock, remaining, starts_at, ends_at, pay_within_ms, rebuy) VALUES (?, ?, ?, ?, ?, ?, ?)`
 	var id int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, q, a.Name, a.Stock, a.Stock, a.StartsAt, a.EndsAt)
+		res, err := tx.ExecContext(ctx, q, a.Name, a.Stock, a.Stock, a.StartsAt, a.EndsAt, a.PayWithin.Milliseconds(), a.Rebuy)
 		if err == nil {
 			id, err = res.LastInsertId()
 		}
@@ -250,108 +284,11 @@ func (s *Store) CreateActivity(ctx context.Context, a *seckill.Activity) error {
 	return nil
 }
 
-const activityColumns = `id, name, stock, remaining, starts_at, ends_at`
-
-type scanner interface{ Scan(dest ...any) error }
-
-func scanActivity(row scanner) (seckill.Activity, error) {
-	var a seckill.Activity
-	err := row.Scan(&a.ID, &a.Name, &a.Stock, &a.Remaining, &a.StartsAt, &a.EndsAt)
-	return a, err
-}
-
-// Activity returns the activity; ENOTFOUND if there is none.
-func (s *Store) Activity(ctx context.Context, id int64) (seckill.Activity, error) {
-	const q = `SELECT ` + activityColumns + ` FROM activities WHERE id = ?`
-	a, err := scanActivity(s.db.QueryRowContext(ctx, q, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return seckill.Activity{}, seckill.Errorf(seckill.ENOTFOUND, "activity %d not found", id)
-	} else if err != nil {
-		return seckill.Activity{}, fmt.Errorf("mysql: activity %d: %w", id, err)
-	}
-	return a, nil
-}
-
-// Activities lists the activities with ends_at >= since, by id.
-func (s *Store) Activities(ctx context.Context, since time.Time) ([]seckill.Activity, error) {
-	const q = `SELECT ` + activityColumns + ` FROM activities WHERE ends_at >= ? ORDER BY id`
-	rows, err := s.db.QueryContext(ctx, q, sqlstore.CeilMillis(since))
-	if err != nil {
-		return nil, fmt.Errorf("mysql: activities: %w", err)
-	}
-	defer rows.Close()
-	var as []seckill.Activity
-	for rows.Next() {
-		a, err := scanActivity(rows)
-		if err != nil {
-			return nil, fmt.Errorf("mysql: activities: %w", err)
-		}
-		as = append(as, a)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("mysql: activities: %w", err)
-	}
-	return as, nil
-}
-
-// Buyers lists the confirmed orders of the activity, by order id.
-func (s *Store) Buyers(ctx context.Context, activityID int64) ([]seckill.Buyer, error) {
-	const q = `SELECT user_id, id FROM orders WHERE activity_id = ? ORDER BY id`
-	rows, err := s.db.QueryContext(ctx, q, activityID)
-	if err != nil {
-		return nil, fmt.Errorf("mysql: buyers of activity %d: %w", activityID, err)
-	}
-	defer rows.Close()
-	var bs []seckill.Buyer
-	for rows.Next() {
-		var b seckill.Buyer
-		if err := rows.Scan(&b.UserID, &b.OrderID); err != nil {
-			return nil, fmt.Errorf("mysql: buyers of activity %d: %w", activityID, err)
-		}
-		bs = append(bs, b)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("mysql: buyers of activity %d: %w", activityID, err)
-	}
-	return bs, nil
-}
-
-// LastOrderID returns the highest order id of the activity's range,
-// confirmed or failed; 0 if none.
-func (s *Store) LastOrderID(ctx context.Context, activityID int64) (int64, error) {
-	id, err := sqlstore.LastOrderID(activityID, false, func(q string, args ...any) sqlstore.Row {
-		return s.db.QueryRowContext(ctx, q, args...)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("mysql: last order id of activity %d: %w", activityID, err)
-	}
-	return id, nil
-}
-
-// Order returns the confirmed or failed order; ENOTFOUND if there is neither.
-func (s *Store) Order(ctx context.Context, id int64) (seckill.Order, error) {
-	const q = `
-SELECT 1 AS rnk, activity_id, user_id, status, '' AS reason, created_at FROM orders WHERE id = ?
-UNION ALL
-SELECT 2, activity_id, user_id, 'failed', reason, created_at FROM order_failures WHERE order_id = ?
-ORDER BY rnk
-LIMIT 1`
-	o := seckill.Order{ID: id}
-	var rank int
-	err := s.db.QueryRowContext(ctx, q, id, id).Scan(&rank, &o.ActivityID, &o.UserID, &o.Status, &o.Reason, &o.CreatedAt)
-	if errors.Is(err, sql.ErrNoRows) {
-		return seckill.Order{}, seckill.Errorf(seckill.ENOTFOUND, "order %d not found", id)
-	} else if err != nil {
-		return seckill.Order{}, fmt.Errorf("mysql: order %d: %w", id, err)
-	}
-	return o, nil
-}
-
 // ApplyOrders writes the batch in one transaction, rerun on deadlock or lock
 // wait timeout. A request for an activity that does not exist fails with
 // ReasonSoldOut, so that one bad message cannot block its batch.
 func (s *Store) ApplyOrders(ctx context.Context, reqs []seckill.OrderRequest) ([]seckill.Outcome, error) {
-	out, err := s.batch(ctx, reqs, true, sqlstore.Apply)
+	out, err := s.batch(ctx, reqs, sqlstore.ApplyOp)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: apply orders: %w", err)
 	}
@@ -365,23 +302,29 @@ func (s *Store) FailOrders(ctx context.Context, reqs []seckill.OrderRequest, rea
 	if err := sqlstore.ValidReason(reason); err != nil {
 		return nil, err
 	}
-	out, err := s.batch(ctx, reqs, false, sqlstore.FailWith(reason))
+	out, err := s.batch(ctx, reqs, sqlstore.FailOp(reason))
 	if err != nil {
 		return nil, fmt.Errorf("mysql: fail orders: %w", err)
 	}
 	return out, nil
 }
 
-// batch runs one ApplyOrders or FailOrders transaction (sqlstore.Batch);
-// holders says whether to read the users' existing orders.
-func (s *Store) batch(ctx context.Context, reqs []seckill.OrderRequest, holders bool, plan sqlstore.Planner) ([]seckill.Outcome, error) {
-	return sqlstore.Batch(ctx, reqs, retryable,
-		func(fn func(*sql.Tx) error) error { return s.inTx(ctx, fn) },
-		func(tx *sql.Tx, chunk []seckill.OrderRequest) (*sqlstore.Facts, error) {
-			return read(ctx, tx, chunk, holders)
+// chunk is the most requests ApplyOrders reads and writes with one set of
+// statements: six placeholders a row stay far below the server's 65535
+// (without interpolateParams), and the statement below 1 MB.
+const chunk = 1000
+
+// batch runs one ApplyOrders or FailOrders transaction (sqlstore.Batch).
+func (s *Store) batch(ctx context.Context, reqs []seckill.OrderRequest, op sqlstore.Op) ([]seckill.Outcome, error) {
+	return sqlstore.Batch(ctx, sqlstore.Batcher[*sql.Tx]{
+		Chunk:     chunk,
+		Retryable: retryable,
+		InTx:      func(fn func(*sql.Tx) error) error { return s.inTx(ctx, fn) },
+		Read: func(tx *sql.Tx, chunk []seckill.OrderRequest, need sqlstore.Need) (*sqlstore.Facts, error) {
+			return sqlstore.MySQL.ReadFacts(ctx, tx, chunk, need)
 		},
-		plan,
-		func(tx *sql.Tx, p sqlstore.Plan) error { return write(ctx, tx, p) })
+		Write: func(tx *sql.Tx, p sqlstore.Plan) error { return write(ctx, tx, p) },
+	}, reqs, op)
 }
 
 // inTx runs fn in a READ COMMITTED transaction: every statement reads what
@@ -399,64 +342,6 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// read locks the activities of reqs and reads what the database holds about
-// reqs. Holders are read only if holders is set.
-func read(ctx context.Context, tx *sql.Tx, reqs []seckill.OrderRequest, holders bool) (*sqlstore.Facts, error) {
-	f := sqlstore.NewFacts()
-	activities := sqlstore.ActivityIDs(reqs)
-
-	const qLock = `SELECT id, remaining FROM activities WHERE id IN (%s) ORDER BY id FOR UPDATE`
-	err := sqlstore.Query(ctx, tx, fmt.Sprintf(qLock, sqlstore.Params(len(activities))), sqlstore.Args(activities), func(rows *sql.Rows) error {
-		var id, remaining int64
-		if err := rows.Scan(&id, &remaining); err != nil {
-			return err
-		}
-		f.Remaining[id] = remaining
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-
-	const qOutcomes = `
-SELECT id, 'confirmed', '', 0 FROM orders WHERE id IN (%[1]s)
-UNION ALL
-SELECT order_id, 'failed', reason, COALESCE(existing_order_id, 0) FROM order_failures WHERE order_id IN (%[1]s)`
-	ids := sqlstore.Args(sqlstore.OrderIDs(reqs))
-	err = sqlstore.Query(ctx, tx, fmt.Sprintf(qOutcomes, sqlstore.Params(len(ids))), append(ids, ids...), func(rows *sql.Rows) error {
-		var id int64
-		var o seckill.Outcome
-		if err := rows.Scan(&id, &o.Status, &o.Reason, &o.ExistingOrderID); err != nil {
-			return err
-		}
-		f.Outcomes[id] = o
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-
-	if !holders {
-		return f, nil
-	}
-	const qHolders = `SELECT user_id, id FROM orders WHERE activity_id = ? AND user_id IN (%s)`
-	for _, a := range activities {
-		users := sqlstore.Args(sqlstore.Users(reqs, a))
-		err := sqlstore.Query(ctx, tx, fmt.Sprintf(qHolders, sqlstore.Params(len(users))), append([]any{a}, users...), func(rows *sql.Rows) error {
-			var user, id int64
-			if err := rows.Scan(&user, &id); err != nil {
-				return err
-			}
-			f.Holders[sqlstore.Key{ActivityID: a, UserID: user}] = id
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return f, nil
-}
-
 // write carries out p. Every statement must affect exactly the rows planned;
 // anything else means another transaction got in between, and the whole
 // transaction is rerun.
@@ -472,14 +357,15 @@ func write(ctx context.Context, tx *sql.Tx, p sqlstore.Plan) error {
 
 	if n := len(p.Confirm); n > 0 {
 		const qConfirm = `
-INSERT INTO orders (id, activity_id, user_id, status, created_at)
+INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at, pay_by)
 VALUES %s
 ON DUPLICATE KEY UPDATE id = id`
-		vals := make([]any, 0, 4*n)
+		vals := make([]any, 0, 6*n)
 		for _, r := range p.Confirm {
-			vals = append(vals, r.OrderID, r.ActivityID, r.UserID, r.CreatedAt)
+			payBy := sql.NullTime{Time: r.PayBy, Valid: !r.PayBy.IsZero()}
+			vals = append(vals, r.OrderID, r.ActivityID, r.UserID, r.UserID, r.CreatedAt, payBy)
 		}
-		if err := exec(ctx, tx, n, fmt.Sprintf(qConfirm, sqlstore.Rows("(?, ?, ?, 'confirmed', ?)", n)), vals...); err != nil {
+		if err := exec(ctx, tx, n, fmt.Sprintf(qConfirm, sqlstore.Rows("(?, ?, ?, ?, 'confirmed', ?, ?)", n)), vals...); err != nil {
 			return err
 		}
 	}

@@ -2,7 +2,11 @@ package mysql_test
 
 import (
 	"context"
+	gosql "database/sql"
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -43,10 +47,11 @@ func TestOpen(t *testing.T) {
 	url := testenv.MySQLURL(t)
 	storetest.RunOpen(t, func(ctx context.Context) (seckill.Store, error) { return mysql.Open(ctx, url) })
 
+	files, _ := filepath.Glob("migrations/*.sql")
 	const q = `SELECT count(*) FROM schema_migrations`
 	var n int
-	if err := openStore(t, url).DB().QueryRowContext(context.Background(), q).Scan(&n); err != nil || n != 1 {
-		t.Errorf("schema_migrations holds %d rows (%v), want 1", n, err)
+	if err := openStore(t, url).DB().QueryRowContext(context.Background(), q).Scan(&n); err != nil || n != len(files) || n < 2 {
+		t.Errorf("schema_migrations holds %d rows (%v), want one per migration, %d", n, err, len(files))
 	}
 }
 
@@ -108,9 +113,22 @@ FROM activities WHERE id = ?`
 	if _, err := db.ExecContext(ctx, qNegative, a.ID); err == nil {
 		t.Error("remaining = -1 was accepted, want a CHECK violation")
 	}
-	const qDuplicate = `INSERT INTO orders (id, activity_id, user_id, status, created_at) VALUES (13, ?, 1, 'confirmed', NOW(3))`
-	if _, err := db.ExecContext(ctx, qDuplicate, a.ID); err == nil {
-		t.Error("a second order of (activity, user) was accepted, want a UNIQUE violation")
+	const qDuplicate = `INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at) VALUES (13, ?, 1, 1, 'paid', NOW(3))`
+	if _, err := db.ExecContext(ctx, qDuplicate, a.ID); err == nil || !strings.Contains(err.Error(), "orders_activity_holder_key") {
+		t.Errorf("a second live order of (activity, user) = %v, want a UNIQUE violation", err)
+	}
+	const qReturned = `INSERT INTO orders (id, activity_id, user_id, status, created_at) VALUES (13, ?, 1, 'cancelled', NOW(3))`
+	if _, err := db.ExecContext(ctx, qReturned, a.ID); err != nil {
+		t.Errorf("a returned order of a user holding another: %v, want it accepted", err)
+	}
+	for _, q := range []string{
+		`INSERT INTO orders (id, activity_id, user_id, status, created_at) VALUES (15, ?, 2, 'confirmed', NOW(3))`,
+		`INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at) VALUES (15, ?, 2, 3, 'confirmed', NOW(3))`,
+		`INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at) VALUES (15, ?, 2, 2, 'pending', NOW(3))`,
+	} {
+		if _, err := db.ExecContext(ctx, q, a.ID); err == nil || !strings.Contains(strings.ToLower(err.Error()), "check") {
+			t.Errorf("%s: %v, want a CHECK violation", q, err)
+		}
 	}
 }
 
@@ -146,6 +164,143 @@ func TestConfig(t *testing.T) {
 		_, err := mysql.Config(tt.url)
 		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "secret") {
 			t.Errorf("Config(%s) = %v, want an error about %q that hides the password", tt.url, err, tt.want)
+		}
+	}
+}
+
+func TestUpgrade(t *testing.T) {
+	ctx, url := context.Background(), testenv.MySQLURL(t)
+	storetest.RunUpgrade(t, storetest.Upgrade{
+		OpenAt: func(version string) (seckill.Store, error) { return mysql.OpenAt(ctx, url, version) },
+		Exec: func(old seckill.Store, q string, args ...any) error {
+			_, err := old.(*mysql.Store).DB().ExecContext(ctx, q, args...)
+			return err
+		},
+		Open: func() seckill.Store { return openStore(t, url) },
+	})
+}
+
+// TestUpgradeRerun: MySQL commits DDL statement by statement, so a
+// migration that failed halfway runs again from the top. After each
+// statement of 0002, the rest failing: opening the store again runs 0002
+// whole, and the schema is the one 0002 gives in one go.
+func TestUpgradeRerun(t *testing.T) {
+	ctx := context.Background()
+	want := schema(t, openStore(t, testenv.MySQLURL(t)).DB())
+	file, err := os.ReadFile("migrations/0002_lifecycle.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmts := strings.SplitAfter(string(file), ";\n")
+	for k := 1; k < len(stmts); k++ {
+		if !strings.Contains(stmts[k-1], "EXECUTE") && !strings.Contains(stmts[k-1], "UPDATE") {
+			continue // the next statement only prepares
+		}
+		url := testenv.MySQLURL(t)
+		old, err := mysql.OpenAt(ctx, url, "0001_init")
+		if err != nil {
+			t.Fatal(err)
+		}
+		old.Close()
+		cfg, err := mysql.Config(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.MultiStatements = true
+		db, err := gosql.Open("mysql", cfg.FormatDSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, strings.Join(stmts[:k], "")); err != nil {
+			t.Fatalf("the first %d statements of 0002: %v", k, err)
+		}
+		db.Close()
+		t.Logf("0002 failing after statement %d of %d, then run again", k, len(stmts)-1)
+		if got := schema(t, openStore(t, url).DB()); got != want {
+			t.Errorf("after %d statements and a rerun, the schema is\n%s\nwant\n%s", k, got, want)
+		}
+	}
+}
+
+// schema returns the definitions of the store's tables.
+func schema(t *testing.T, db *gosql.DB) string {
+	t.Helper()
+	var all []string
+	for _, table := range []string{"activities", "orders", "order_failures", "order_returns", "fences"} {
+		var name, def string
+		if err := db.QueryRow("SHOW CREATE TABLE "+table).Scan(&name, &def); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, regexp.MustCompile(` AUTO_INCREMENT=\d+`).ReplaceAllString(def, ""))
+	}
+	return strings.Join(all, "\n")
+}
+
+// TestPlans: with 100,000 orders, of which 1% await payment, expiry and the
+// outbox read one index range; no full scan, no filesort.
+func TestPlans(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, testenv.MySQLURL(t))
+	db := s.DB()
+	a := seckill.Activity{Name: "plans", Stock: seckill.MaxStock, StartsAt: time.Now(), EndsAt: time.Now().Add(time.Hour), PayWithin: time.Hour}
+	if err := s.CreateActivity(ctx, &a); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Recursion bounds: MariaDB's, then MySQL 8's (each server refuses the
+	// other's).
+	_, _ = conn.ExecContext(ctx, "SET SESSION max_recursive_iterations = 1000000")
+	_, _ = conn.ExecContext(ctx, "SET SESSION cte_max_recursion_depth = 1000000")
+	for _, q := range []string{
+		`INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at, pay_by, paid_at)
+		 WITH RECURSIVE n (i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100000)
+		 SELECT i, ?, i, i, IF(i % 100 = 0, 'confirmed', 'paid'), NOW(3), NOW(3) + INTERVAL i * 1000 MICROSECOND, IF(i % 100 = 0, NULL, NOW(3))
+		 FROM n`,
+		`INSERT INTO order_returns (order_id, activity_id, user_id, status, returned_at, restocked_at)
+		 SELECT id, activity_id, user_id, 'cancelled', NOW(3), IF(id % 1000 = 0, NULL, NOW(3))
+		 FROM orders WHERE id % 100 = 1`,
+		`ANALYZE TABLE orders, order_returns`,
+	} {
+		var args []any
+		if strings.Contains(q, "?") {
+			args = []any{a.ID}
+		}
+		if _, err := conn.ExecContext(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, tt := range storetest.IndexedQueries(time.Now().Add(time.Minute)) {
+		rows, err := db.QueryContext(ctx, "EXPLAIN "+tt.Query, tt.Args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols, _ := rows.Columns()
+		var plan []string
+		for rows.Next() {
+			vals := make([]gosql.NullString, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			var line []string
+			for i, c := range cols {
+				line = append(line, c+"="+vals[i].String)
+			}
+			plan = append(plan, strings.Join(line, " "))
+		}
+		rows.Close()
+		got := strings.Join(plan, "\n")
+		t.Logf("EXPLAIN %s\n%s", strings.TrimSpace(tt.Query), got)
+		first := plan[0]
+		if !strings.Contains(first, "key="+tt.Index) || strings.Contains(got, "type=ALL") || strings.Contains(got, "filesort") {
+			t.Errorf("plan of %s does not read %s alone", tt.Query, tt.Index)
 		}
 	}
 }

@@ -3,11 +3,14 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/internal/testenv"
+	"github.com/seckilldev/seckill/store/internal/sqlstore"
 	"github.com/seckilldev/seckill/store/postgres"
 	"github.com/seckilldev/seckill/store/storetest"
 )
@@ -42,11 +45,18 @@ func TestOpen(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	storetest.RunOpen(t, func(ctx context.Context) (seckill.Store, error) { return postgres.Open(ctx, url) })
 
+	files, _ := filepath.Glob("migrations/*.sql")
 	const q = `SELECT count(*) FROM schema_migrations`
 	var n int
-	if err := openStore(t, url).Pool().QueryRow(context.Background(), q).Scan(&n); err != nil || n != 1 {
-		t.Errorf("schema_migrations holds %d rows (%v), want 1", n, err)
+	if err := openStore(t, url).Pool().QueryRow(context.Background(), q).Scan(&n); err != nil || n != len(files) || n < 2 {
+		t.Errorf("schema_migrations holds %d rows (%v), want one per migration, %d", n, err, len(files))
 	}
+}
+
+// TestLargeBatch crosses the engine's statement chunks, which the suite's
+// batches are too small to.
+func TestLargeBatch(t *testing.T) {
+	storetest.RunLargeBatch(t, open(t), postgres.Chunk+300, postgres.Chunk+100)
 }
 
 func BenchmarkApplyOrders(b *testing.B) { storetest.Benchmark(b, open) }
@@ -106,8 +116,88 @@ FROM activities WHERE id = $1`
 	if _, err := s.Pool().Exec(ctx, qNegative, a.ID); err == nil {
 		t.Error("remaining = -1 was accepted, want a CHECK violation")
 	}
-	const qDuplicate = `INSERT INTO orders (id, activity_id, user_id, status, created_at) VALUES (13, $1, 1, 'confirmed', now())`
-	if _, err := s.Pool().Exec(ctx, qDuplicate, a.ID); err == nil {
-		t.Error("a second order of (activity, user) was accepted, want a UNIQUE violation")
+	const qDuplicate = `INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at) VALUES (13, $1, 1, 1, 'paid', now())`
+	if _, err := s.Pool().Exec(ctx, qDuplicate, a.ID); err == nil || !strings.Contains(err.Error(), "orders_activity_holder_key") {
+		t.Errorf("a second live order of (activity, user) = %v, want a UNIQUE violation", err)
 	}
+	const qReturned = `INSERT INTO orders (id, activity_id, user_id, status, created_at) VALUES (13, $1, 1, 'cancelled', now())`
+	if _, err := s.Pool().Exec(ctx, qReturned, a.ID); err != nil {
+		t.Errorf("a returned order of a user holding another: %v, want it accepted", err)
+	}
+	for _, q := range []string{
+		`INSERT INTO orders (id, activity_id, user_id, status, created_at) VALUES (15, $1, 2, 'confirmed', now())`,
+		`INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at) VALUES (15, $1, 2, 3, 'confirmed', now())`,
+		`INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at) VALUES (15, $1, 2, 2, 'pending', now())`,
+	} {
+		if _, err := s.Pool().Exec(ctx, q, a.ID); err == nil || !strings.Contains(err.Error(), "check") {
+			t.Errorf("%s: %v, want a CHECK violation", q, err)
+		}
+	}
+}
+
+func TestUpgrade(t *testing.T) {
+	ctx, url := context.Background(), testenv.PostgresURL(t)
+	storetest.RunUpgrade(t, storetest.Upgrade{
+		OpenAt: func(version string) (seckill.Store, error) { return postgres.OpenAt(ctx, url, version) },
+		Exec: func(old seckill.Store, q string, args ...any) error {
+			_, err := old.(*postgres.Store).Pool().Exec(ctx, sqlstore.Dollar(q), args...)
+			return err
+		},
+		Open: func() seckill.Store { return openStore(t, url) },
+	})
+}
+
+// TestPlans: with 100,000 orders, of which 1% await payment, expiry and the
+// outbox read one index range; no sequential scan, no sort.
+func TestPlans(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, testenv.PostgresURL(t))
+	a := seckill.Activity{Name: "plans", Stock: seckill.MaxStock, StartsAt: time.Now(), EndsAt: time.Now().Add(time.Hour), PayWithin: time.Hour}
+	if err := s.CreateActivity(ctx, &a); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at, pay_by, paid_at)
+		 SELECT i, $1, i, i, CASE WHEN i % 100 = 0 THEN 'confirmed' ELSE 'paid' END, now(), now() + i * interval '1 ms',
+		        CASE WHEN i % 100 = 0 THEN NULL ELSE now() END
+		 FROM generate_series(1, 100000) AS i`,
+		`INSERT INTO order_returns (order_id, activity_id, user_id, status, returned_at, restocked_at)
+		 SELECT id, activity_id, user_id, 'cancelled', now(), CASE WHEN id % 1000 = 0 THEN NULL ELSE now() END
+		 FROM orders WHERE id % 100 = 1`,
+		`ANALYZE orders`,
+		`ANALYZE order_returns`,
+	} {
+		if _, err := s.Pool().Exec(ctx, q, pgxArgs(q, a.ID)...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, tt := range storetest.IndexedQueries(time.Now().Add(time.Minute)) {
+		rows, err := s.Pool().Query(ctx, "EXPLAIN "+sqlstore.Dollar(tt.Query), tt.Args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		rows.Close()
+		got := strings.Join(plan, "\n")
+		t.Logf("EXPLAIN %s\n%s", strings.TrimSpace(tt.Query), got)
+		if !strings.Contains(got, "Index") || !strings.Contains(got, tt.Index) || strings.Contains(got, "Seq Scan on orders") ||
+			strings.Contains(got, "Seq Scan on order_returns") || strings.Contains(got, "Sort") {
+			t.Errorf("plan of %s does not read %s alone", tt.Query, tt.Index)
+		}
+	}
+}
+
+// pgxArgs returns the arguments of q: the activity id if it takes one.
+func pgxArgs(q string, activityID int64) []any {
+	if strings.Contains(q, "$1") {
+		return []any{activityID}
+	}
+	return nil
 }

@@ -50,12 +50,10 @@ func ping(ctx context.Context, db *sql.DB) error {
 // process's) write lock before it fails with SQLITE_BUSY.
 const BusyTimeout = 10 * time.Second
 
-// timeFormat is how times are stored: UTC text that SQLite's date functions
-// understand and that sorts like the times it holds.
-const timeFormat = "2006-01-02 15:04:05.000"
-
-// Store is a seckill.Store on an SQLite database.
+// Store is a seckill.Store on an SQLite database. The methods that all
+// engines share come from the embedded sqlstore.Store.
 type Store struct {
+	*sqlstore.Store
 	db *sql.DB
 }
 
@@ -83,7 +81,11 @@ func DSN(url string) (string, error) {
 // more driver parameters (?_pragma=synchronous(NORMAL)); the busy timeout,
 // foreign keys, WAL and _txlock=immediate are the store's own. An in-memory
 // database lives on one connection, which the store keeps open until Close.
-func Open(ctx context.Context, url string) (*Store, error) {
+func Open(ctx context.Context, url string) (*Store, error) { return open(ctx, url, "") }
+
+// open opens the database at url and applies the migrations it lacks up to
+// version upTo ("": all of them).
+func open(ctx context.Context, url, upTo string) (*Store, error) {
 	path, _, err := parseURL(url)
 	if err != nil {
 		return nil, err
@@ -105,7 +107,14 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: cannot open %s: %w", path, err)
 	}
 	s := &Store{db: db}
-	if err := s.migrate(ctx); err != nil {
+	inTx := func(ctx context.Context, fn func(sqlstore.Conn) error) error {
+		return s.inTx(ctx, func(tx *sql.Tx) error { return fn(sqlstore.SQLConn(tx)) })
+	}
+	// A transaction holds the write lock from its start, so its reads are
+	// one snapshot.
+	s.Store = sqlstore.New(sqlstore.Engine{Name: "sqlite", Dialect: sqlstore.SQLite, DB: sqlstore.SQLConn(db),
+		InTx: inTx, Snapshot: inTx, Retryable: retryable})
+	if err := s.migrate(ctx, upTo); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: migrate %s: %w", path, err)
 	}
@@ -133,10 +142,11 @@ func parseURL(rawURL string) (path, params string, err error) {
 	return path, params, nil
 }
 
-// migrate applies the missing migrations in one transaction; it begins
-// IMMEDIATE, so processes starting together apply each exactly once.
-func (s *Store) migrate(ctx context.Context) error {
-	ms, err := sqlstore.Migrations(migrations, "migrations")
+// migrate applies the missing migrations up to version upTo ("": all) in
+// one transaction; it begins IMMEDIATE, so processes starting together
+// apply each exactly once.
+func (s *Store) migrate(ctx context.Context, upTo string) error {
+	ms, err := sqlstore.Migrations(migrations, "migrations", upTo)
 	if err != nil {
 		return err
 	}
@@ -151,7 +161,7 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 		}
 		var applied []string
 		const qApplied = `SELECT version FROM schema_migrations`
-		err := sqlstore.Query(ctx, tx, qApplied, nil, func(rows *sql.Rows) error {
+		err := sqlstore.Query(ctx, tx, qApplied, nil, func(rows sqlstore.Row) error {
 			var v string
 			err := rows.Scan(&v)
 			applied = append(applied, v)
@@ -198,10 +208,10 @@ func (s *Store) CreateActivity(ctx context.Context, a *seckill.Activity) error {
 		return err
 	}
 	a.StartsAt, a.EndsAt = sqlstore.Millis(a.StartsAt), sqlstore.Millis(a.EndsAt)
-	const q = `INSERT INTO activities (name, stock, remaining, starts_at, ends_at) VALUES (?, ?, ?, ?, ?)`
+	const q = `INSERT INTO activities (name, stock, remaining, starts_at, ends_at, pay_within_ms, rebuy) VALUES (?, ?, ?, ?, ?, ?, ?)`
 	var id int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, q, a.Name, a.Stock, a.Stock, text(a.StartsAt), text(a.EndsAt))
+		res, err := tx.ExecContext(ctx, q, a.Name, a.Stock, a.Stock, text(a.StartsAt), text(a.EndsAt), a.PayWithin.Milliseconds(), a.Rebuy)
 		if err == nil {
 			id, err = res.LastInsertId()
 		}
@@ -218,128 +228,14 @@ func (s *Store) CreateActivity(ctx context.Context, a *seckill.Activity) error {
 }
 
 // text formats t as stored.
-func text(t time.Time) string { return t.UTC().Format(timeFormat) }
-
-// stamp scans a time stored as text into *stamp.
-type stamp time.Time
-
-func (s *stamp) Scan(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("time column holds %T, want text", v)
-	}
-	// Parsing accepts any number of fractional digits, or none.
-	t, err := time.Parse(time.DateTime, str)
-	if err != nil {
-		return err
-	}
-	*s = stamp(t)
-	return nil
-}
-
-const activityColumns = `id, name, stock, remaining, starts_at, ends_at`
-
-type scanner interface{ Scan(dest ...any) error }
-
-func scanActivity(row scanner) (seckill.Activity, error) {
-	var a seckill.Activity
-	err := row.Scan(&a.ID, &a.Name, &a.Stock, &a.Remaining, (*stamp)(&a.StartsAt), (*stamp)(&a.EndsAt))
-	return a, err
-}
-
-// Activity returns the activity; ENOTFOUND if there is none.
-func (s *Store) Activity(ctx context.Context, id int64) (seckill.Activity, error) {
-	const q = `SELECT ` + activityColumns + ` FROM activities WHERE id = ?`
-	a, err := scanActivity(s.db.QueryRowContext(ctx, q, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return seckill.Activity{}, seckill.Errorf(seckill.ENOTFOUND, "activity %d not found", id)
-	} else if err != nil {
-		return seckill.Activity{}, fmt.Errorf("sqlite: activity %d: %w", id, err)
-	}
-	return a, nil
-}
-
-// Activities lists the activities with ends_at >= since, by id.
-func (s *Store) Activities(ctx context.Context, since time.Time) ([]seckill.Activity, error) {
-	const q = `SELECT ` + activityColumns + ` FROM activities WHERE ends_at >= ? ORDER BY id`
-	rows, err := s.db.QueryContext(ctx, q, text(sqlstore.CeilMillis(since)))
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: activities: %w", err)
-	}
-	defer rows.Close()
-	var as []seckill.Activity
-	for rows.Next() {
-		a, err := scanActivity(rows)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: activities: %w", err)
-		}
-		as = append(as, a)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: activities: %w", err)
-	}
-	return as, nil
-}
-
-// Buyers lists the confirmed orders of the activity, by order id.
-func (s *Store) Buyers(ctx context.Context, activityID int64) ([]seckill.Buyer, error) {
-	const q = `SELECT user_id, id FROM orders WHERE activity_id = ? ORDER BY id`
-	rows, err := s.db.QueryContext(ctx, q, activityID)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: buyers of activity %d: %w", activityID, err)
-	}
-	defer rows.Close()
-	var bs []seckill.Buyer
-	for rows.Next() {
-		var b seckill.Buyer
-		if err := rows.Scan(&b.UserID, &b.OrderID); err != nil {
-			return nil, fmt.Errorf("sqlite: buyers of activity %d: %w", activityID, err)
-		}
-		bs = append(bs, b)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: buyers of activity %d: %w", activityID, err)
-	}
-	return bs, nil
-}
-
-// LastOrderID returns the highest order id of the activity's range,
-// confirmed or failed; 0 if none.
-func (s *Store) LastOrderID(ctx context.Context, activityID int64) (int64, error) {
-	id, err := sqlstore.LastOrderID(activityID, false, func(q string, args ...any) sqlstore.Row {
-		return s.db.QueryRowContext(ctx, q, args...)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: last order id of activity %d: %w", activityID, err)
-	}
-	return id, nil
-}
-
-// Order returns the confirmed or failed order; ENOTFOUND if there is neither.
-func (s *Store) Order(ctx context.Context, id int64) (seckill.Order, error) {
-	const q = `
-SELECT 1 AS rank, activity_id, user_id, status, '' AS reason, created_at FROM orders WHERE id = ?1
-UNION ALL
-SELECT 2, activity_id, user_id, 'failed', reason, created_at FROM order_failures WHERE order_id = ?1
-ORDER BY rank
-LIMIT 1`
-	o := seckill.Order{ID: id}
-	var rank int
-	err := s.db.QueryRowContext(ctx, q, id).Scan(&rank, &o.ActivityID, &o.UserID, &o.Status, &o.Reason, (*stamp)(&o.CreatedAt))
-	if errors.Is(err, sql.ErrNoRows) {
-		return seckill.Order{}, seckill.Errorf(seckill.ENOTFOUND, "order %d not found", id)
-	} else if err != nil {
-		return seckill.Order{}, fmt.Errorf("sqlite: order %d: %w", id, err)
-	}
-	return o, nil
-}
+func text(t time.Time) string { return sqlstore.TimeText(t) }
 
 // ApplyOrders writes the batch in one transaction, rerun if the database
 // stays locked by another process beyond BusyTimeout. A request for an
 // activity that does not exist fails with ReasonSoldOut, so that one bad
 // message cannot block its batch.
 func (s *Store) ApplyOrders(ctx context.Context, reqs []seckill.OrderRequest) ([]seckill.Outcome, error) {
-	out, err := s.batch(ctx, reqs, true, sqlstore.Apply)
+	out, err := s.batch(ctx, reqs, sqlstore.ApplyOp)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: apply orders: %w", err)
 	}
@@ -351,23 +247,28 @@ func (s *Store) FailOrders(ctx context.Context, reqs []seckill.OrderRequest, rea
 	if err := sqlstore.ValidReason(reason); err != nil {
 		return nil, err
 	}
-	out, err := s.batch(ctx, reqs, false, sqlstore.FailWith(reason))
+	out, err := s.batch(ctx, reqs, sqlstore.FailOp(reason))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: fail orders: %w", err)
 	}
 	return out, nil
 }
 
-// batch runs one ApplyOrders or FailOrders transaction (sqlstore.Batch);
-// holders says whether to read the users' existing orders.
-func (s *Store) batch(ctx context.Context, reqs []seckill.OrderRequest, holders bool, plan sqlstore.Planner) ([]seckill.Outcome, error) {
-	return sqlstore.Batch(ctx, reqs, retryable,
-		func(fn func(*sql.Tx) error) error { return s.inTx(ctx, fn) },
-		func(tx *sql.Tx, chunk []seckill.OrderRequest) (*sqlstore.Facts, error) {
-			return read(ctx, tx, chunk, holders)
+// chunk is the most requests ApplyOrders reads and writes with one set of
+// statements: six variables a row stay below SQLite's 32766.
+const chunk = 1000
+
+// batch runs one ApplyOrders or FailOrders transaction (sqlstore.Batch).
+func (s *Store) batch(ctx context.Context, reqs []seckill.OrderRequest, op sqlstore.Op) ([]seckill.Outcome, error) {
+	return sqlstore.Batch(ctx, sqlstore.Batcher[*sql.Tx]{
+		Chunk:     chunk,
+		Retryable: retryable,
+		InTx:      func(fn func(*sql.Tx) error) error { return s.inTx(ctx, fn) },
+		Read: func(tx *sql.Tx, chunk []seckill.OrderRequest, need sqlstore.Need) (*sqlstore.Facts, error) {
+			return sqlstore.SQLite.ReadFacts(ctx, tx, chunk, need)
 		},
-		plan,
-		func(tx *sql.Tx, p sqlstore.Plan) error { return write(ctx, tx, p) })
+		Write: func(tx *sql.Tx, p sqlstore.Plan) error { return write(ctx, tx, p) },
+	}, reqs, op)
 }
 
 // inTx runs fn in a transaction, which begins IMMEDIATE (see Open).
@@ -381,65 +282,6 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 		return err
 	}
 	return tx.Commit()
-}
-
-// read reads what the database holds about reqs. The transaction holds the
-// write lock, so nothing changes it before commit. Holders are read only if
-// holders is set.
-func read(ctx context.Context, tx *sql.Tx, reqs []seckill.OrderRequest, holders bool) (*sqlstore.Facts, error) {
-	f := sqlstore.NewFacts()
-	activities := sqlstore.ActivityIDs(reqs)
-
-	const qRemaining = `SELECT id, remaining FROM activities WHERE id IN (%s)`
-	err := sqlstore.Query(ctx, tx, fmt.Sprintf(qRemaining, sqlstore.Params(len(activities))), sqlstore.Args(activities), func(rows *sql.Rows) error {
-		var id, remaining int64
-		if err := rows.Scan(&id, &remaining); err != nil {
-			return err
-		}
-		f.Remaining[id] = remaining
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-
-	const qOutcomes = `
-SELECT id, 'confirmed', '', 0 FROM orders WHERE id IN (%[1]s)
-UNION ALL
-SELECT order_id, 'failed', reason, coalesce(existing_order_id, 0) FROM order_failures WHERE order_id IN (%[1]s)`
-	ids := sqlstore.Args(sqlstore.OrderIDs(reqs))
-	err = sqlstore.Query(ctx, tx, fmt.Sprintf(qOutcomes, sqlstore.Params(len(ids))), append(ids, ids...), func(rows *sql.Rows) error {
-		var id int64
-		var o seckill.Outcome
-		if err := rows.Scan(&id, &o.Status, &o.Reason, &o.ExistingOrderID); err != nil {
-			return err
-		}
-		f.Outcomes[id] = o
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-
-	if !holders {
-		return f, nil
-	}
-	const qHolders = `SELECT user_id, id FROM orders WHERE activity_id = ? AND user_id IN (%s)`
-	for _, a := range activities {
-		users := sqlstore.Args(sqlstore.Users(reqs, a))
-		err := sqlstore.Query(ctx, tx, fmt.Sprintf(qHolders, sqlstore.Params(len(users))), append([]any{a}, users...), func(rows *sql.Rows) error {
-			var user, id int64
-			if err := rows.Scan(&user, &id); err != nil {
-				return err
-			}
-			f.Holders[sqlstore.Key{ActivityID: a, UserID: user}] = id
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return f, nil
 }
 
 // write carries out p. Every statement must affect exactly the rows planned;
@@ -457,14 +299,18 @@ func write(ctx context.Context, tx *sql.Tx, p sqlstore.Plan) error {
 
 	if n := len(p.Confirm); n > 0 {
 		const qConfirm = `
-INSERT INTO orders (id, activity_id, user_id, status, created_at)
+INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at, pay_by)
 VALUES %s
 ON CONFLICT DO NOTHING`
-		vals := make([]any, 0, 4*n)
+		vals := make([]any, 0, 6*n)
 		for _, r := range p.Confirm {
-			vals = append(vals, r.OrderID, r.ActivityID, r.UserID, text(r.CreatedAt))
+			var payBy any
+			if !r.PayBy.IsZero() {
+				payBy = text(r.PayBy)
+			}
+			vals = append(vals, r.OrderID, r.ActivityID, r.UserID, r.UserID, text(r.CreatedAt), payBy)
 		}
-		if err := exec(ctx, tx, n, fmt.Sprintf(qConfirm, sqlstore.Rows("(?, ?, ?, 'confirmed', ?)", n)), vals...); err != nil {
+		if err := exec(ctx, tx, n, fmt.Sprintf(qConfirm, sqlstore.Rows("(?, ?, ?, ?, 'confirmed', ?, ?)", n)), vals...); err != nil {
 			return err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/seckilldev/seckill"
+	"github.com/seckilldev/seckill/store/internal/sqlstore"
 	"github.com/seckilldev/seckill/store/sqlite"
 	"github.com/seckilldev/seckill/store/storetest"
 )
@@ -47,10 +48,11 @@ func TestOpen(t *testing.T) {
 	url := "sqlite://" + filepath.Join(t.TempDir(), "seckill.db")
 	storetest.RunOpen(t, func(ctx context.Context) (seckill.Store, error) { return sqlite.Open(ctx, url) })
 
+	files, _ := filepath.Glob("migrations/*.sql")
 	const q = `SELECT count(*) FROM schema_migrations`
 	var n int
-	if err := openStore(t, url).DB().QueryRowContext(context.Background(), q).Scan(&n); err != nil || n != 1 {
-		t.Errorf("schema_migrations holds %d rows (%v), want 1", n, err)
+	if err := openStore(t, url).DB().QueryRowContext(context.Background(), q).Scan(&n); err != nil || n != len(files) || n < 2 {
+		t.Errorf("schema_migrations holds %d rows (%v), want one per migration, %d", n, err, len(files))
 	}
 }
 
@@ -127,12 +129,70 @@ FROM activities WHERE id = ?`
 	if _, err := db.ExecContext(ctx, qNegative, a.ID); err == nil {
 		t.Error("remaining = -1 was accepted, want a CHECK violation")
 	}
-	const qDuplicate = `INSERT INTO orders (id, activity_id, user_id, status, created_at) VALUES (13, ?, 1, 'confirmed', '2030-01-01 00:00:00.000')`
-	if _, err := db.ExecContext(ctx, qDuplicate, a.ID); err == nil {
-		t.Error("a second order of (activity, user) was accepted, want a UNIQUE violation")
+	const qDuplicate = `INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at) VALUES (13, ?, 1, 1, 'paid', '2030-01-01 00:00:00.000')`
+	if _, err := db.ExecContext(ctx, qDuplicate, a.ID); err == nil || !strings.Contains(err.Error(), "UNIQUE") {
+		t.Errorf("a second live order of (activity, user) = %v, want a UNIQUE violation", err)
+	}
+	const qReturned = `INSERT INTO orders (id, activity_id, user_id, status, created_at) VALUES (13, ?, 1, 'cancelled', '2030-01-01 00:00:00.000')`
+	if _, err := db.ExecContext(ctx, qReturned, a.ID); err != nil {
+		t.Errorf("a returned order of a user holding another: %v, want it accepted", err)
+	}
+	for _, q := range []string{
+		`INSERT INTO orders (id, activity_id, user_id, status, created_at) VALUES (15, ?, 2, 'confirmed', '2030-01-01 00:00:00.000')`,
+		`INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at) VALUES (15, ?, 2, 3, 'confirmed', '2030-01-01 00:00:00.000')`,
+		`INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at) VALUES (15, ?, 2, 2, 'pending', '2030-01-01 00:00:00.000')`,
+	} {
+		if _, err := db.ExecContext(ctx, q, a.ID); err == nil || !strings.Contains(err.Error(), "CHECK") {
+			t.Errorf("%s: %v, want a CHECK violation", q, err)
+		}
 	}
 	const qOrphan = `INSERT INTO orders (id, activity_id, user_id, status, created_at) VALUES (14, 999, 1, 'confirmed', '2030-01-01 00:00:00.000')`
 	if _, err := db.ExecContext(ctx, qOrphan); err == nil {
 		t.Error("an order of an activity that does not exist was accepted, want a FOREIGN KEY violation")
+	}
+}
+
+func TestUpgrade(t *testing.T) {
+	ctx, url := context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "seckill.db")
+	storetest.RunUpgrade(t, storetest.Upgrade{
+		OpenAt: func(version string) (seckill.Store, error) { return sqlite.OpenAt(ctx, url, version) },
+		Exec: func(old seckill.Store, q string, args ...any) error {
+			for i, a := range args {
+				if tm, ok := a.(time.Time); ok {
+					args[i] = sqlstore.TimeText(tm)
+				}
+			}
+			_, err := old.(*sqlite.Store).DB().ExecContext(ctx, q, args...)
+			return err
+		},
+		Open: func() seckill.Store { return openStore(t, url) },
+	})
+}
+
+// TestPlans: expiry and the outbox read their indexes, whatever the number
+// of orders (SQLite's planner does not look at the table's size).
+func TestPlans(t *testing.T) {
+	ctx := context.Background()
+	db := openStore(t, "sqlite://"+filepath.Join(t.TempDir(), "seckill.db")).DB()
+	for _, tt := range storetest.IndexedQueries(sqlstore.TimeText(time.Now())) {
+		var plan []string
+		rows, err := db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+tt.Query, tt.Args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var id, parent, notused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		got := strings.Join(plan, "; ")
+		t.Logf("%s\n\t%s", strings.TrimSpace(tt.Query), got)
+		if !strings.Contains(got, "INDEX "+tt.Index) || strings.Contains(got, "SCAN orders") || strings.Contains(got, "TEMP B-TREE") {
+			t.Errorf("plan of %s: %s; want %s and no scan or sort", tt.Query, got, tt.Index)
+		}
 	}
 }

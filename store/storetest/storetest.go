@@ -37,10 +37,27 @@ func Run(t *testing.T, open Open) {
 		{"ApplyOrdersEmpty", testApplyOrdersEmpty},
 		{"ApplyOrdersConcurrent", testApplyOrdersConcurrent},
 		{"ApplyOrdersRacingFailOrders", testApplyOrdersRacingFailOrders},
+		{"ApplyOrdersConcurrentNew", testApplyOrdersConcurrentNew},
 		{"FailOrders", testFailOrders},
 		{"GrabAgainAfterFailure", testGrabAgainAfterFailure},
 		{"Order", testOrder},
 		{"LastOrderID", testLastOrderID},
+		{"PayBy", testPayBy},
+		{"Pay", testPay},
+		{"PayRefusals", testPayRefusals},
+		{"Cancel", testCancel},
+		{"CancelRefusals", testCancelRefusals},
+		{"Expire", testExpire},
+		{"ExpireFence", testExpireFence},
+		{"PayRacingExpire", testPayRacingExpire},
+		{"DoubleClickPay", testDoubleClickPay},
+		{"DoubleClickCancel", testDoubleClickCancel},
+		{"Rebuy", testRebuy},
+		{"Load", testLoad},
+		{"NextDeadline", testNextDeadline},
+		{"PendingReturns", testPendingReturns},
+		{"UserOrders", testUserOrders},
+		{"StateCounts", testStateCounts},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -297,13 +314,19 @@ func testApplyOrdersUnknownActivity(t *testing.T, s seckill.Store) {
 
 // A batch larger than an engine's statement chunks keeps the semantics of
 // one batch: a user seen early in the batch is a duplicate late in it.
-func testApplyOrdersLargeBatch(t *testing.T, s seckill.Store) {
-	const n, stock, back = 1300, 1200, 600
+func testApplyOrdersLargeBatch(t *testing.T, s seckill.Store) { RunLargeBatch(t, s, 1300, 1200) }
+
+// RunLargeBatch runs the large batch test with n requests and the given
+// stock, for an engine whose statement chunks are larger than the suite's
+// batch. One request in 97 is by the buyer of the request 600 before it,
+// who must have been confirmed: the stock must last past n-600.
+func RunLargeBatch(t *testing.T, s seckill.Store, n, stock int64) {
+	const back = 600
 	a := newActivity(t, s, stock)
 	var batch []seckill.OrderRequest
 	var want []seckill.Outcome
-	left := int64(stock)
-	for i := range int64(n) {
+	left := stock
+	for i := range n {
 		if i >= back+79 && i%97 == 0 { // the user of request i-back, confirmed in an earlier chunk
 			batch = append(batch, req(i, a.ID, i-back))
 			want = append(want, duplicate(i-back))
@@ -465,6 +488,83 @@ func testApplyOrdersConcurrent(t *testing.T, s seckill.Store) {
 			t.Errorf("activity %d: %d buyers, want %d", act.ID, len(buyers), act.Stock)
 		}
 	}
+}
+
+// testApplyOrdersConcurrentNew writes batches of new orders of one activity
+// from 6 goroutines at once, as a worker with a backlog does: most batches
+// can confirm all they hold, some meet the same orders or the same buyers
+// (under other orders) in another batch, and the last ones find the stock
+// gone. Every call must report for an order the outcome the database keeps,
+// and the stock must go to distinct buyers, exactly once.
+func testApplyOrdersConcurrentNew(t *testing.T, s seckill.Store) {
+	ctx := context.Background()
+	const stock, users, size = 900, 1000, 40
+	a := newActivity(t, s, stock)
+	var all []seckill.OrderRequest
+	for u := range int64(users) {
+		all = append(all, req(u+1, a.ID, u))
+		if u%30 == 0 {
+			all = append(all, req(100_000+u, a.ID, u)) // the same buyer under another order
+		}
+	}
+	batches := slices.Collect(slices.Chunk(all, size))
+	outcomes := make([][]seckill.Outcome, len(batches))
+	again := make([][]seckill.Outcome, len(batches))
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for g := range 6 {
+		wg.Go(func() {
+			for i := g; i < len(batches); i += 6 {
+				out, err := s.ApplyOrders(ctx, batches[i])
+				if err == nil && i%5 == 0 {
+					// Redelivered: the same outcomes again.
+					again[i], err = s.ApplyOrders(ctx, batches[i])
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				outcomes[i] = out
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("ApplyOrders: %v", err)
+	}
+	// Everything again, now that the stock is gone.
+	last, err := s.ApplyOrders(ctx, all)
+	if err != nil {
+		t.Fatalf("ApplyOrders(all): %v", err)
+	}
+	buyers := make(map[int64]int64)
+	for i, batch := range batches {
+		for j, r := range batch {
+			o, err := s.Order(ctx, r.OrderID)
+			if err != nil {
+				t.Fatalf("Order(%d): %v", r.OrderID, err)
+			}
+			got, later := outcomes[i][j], []seckill.Outcome{last[i*size+j]}
+			if again[i] != nil {
+				later = append(later, again[i][j])
+			}
+			if got.Status != o.Status || got.Reason != o.Reason || slices.ContainsFunc(later, func(l seckill.Outcome) bool { return l != got }) {
+				t.Fatalf("order %d: ApplyOrders said %+v, then %+v; the database holds %s %q", r.OrderID, got, later, o.Status, o.Reason)
+			}
+			if o.Status != seckill.OrderConfirmed {
+				continue
+			}
+			if other, ok := buyers[r.UserID]; ok && other != r.OrderID {
+				t.Fatalf("user %d holds orders %d and %d", r.UserID, other, r.OrderID)
+			}
+			buyers[r.UserID] = r.OrderID
+		}
+	}
+	if len(buyers) != stock {
+		t.Errorf("%d buyers, want %d", len(buyers), stock)
+	}
+	checkRemaining(t, s, a.ID, 0)
 }
 
 // testApplyOrdersRacingFailOrders confirms and fails the same new orders at

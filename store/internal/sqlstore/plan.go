@@ -13,10 +13,8 @@ import (
 	"github.com/seckilldev/seckill"
 )
 
-// MaxChunk is the largest number of requests an engine reads and writes with
-// one set of statements. ApplyOrders splits a larger batch into chunks inside
-// its one transaction, which keeps placeholder counts (MySQL: 65535, SQLite:
-// 32766) and statement sizes bounded without changing the outcomes.
+// MaxChunk bounds the lists that the lifecycle's statements take: orders
+// expired, returns read or marked restocked at a time.
 const MaxChunk = 500
 
 // Key is a buyer in an activity: the pair the UNIQUE index of orders covers.
@@ -29,11 +27,16 @@ type Facts struct {
 	// Outcomes holds the outcome already recorded for an order id, in orders
 	// (confirmed) or in order_failures.
 	Outcomes map[int64]seckill.Outcome
-	// Holders holds the confirmed order of each buyer of the chunk.
+	// Holders holds, for each buyer of the chunk who may not buy again,
+	// the order that blocks them: a live one, or a returned one of an
+	// activity without rebuy (the rows whose holder_user_id is set).
 	Holders map[Key]int64
 	// Remaining holds the remaining stock of each activity of the chunk that
 	// exists; an activity that is absent has none.
 	Remaining map[int64]int64
+	// PayWithin holds the payment window of each activity of the chunk
+	// that exists (0: no payment step).
+	PayWithin map[int64]time.Duration
 }
 
 // NewFacts returns empty Facts ready to be filled.
@@ -42,6 +45,7 @@ func NewFacts() *Facts {
 		Outcomes:  make(map[int64]seckill.Outcome),
 		Holders:   make(map[Key]int64),
 		Remaining: make(map[int64]int64),
+		PayWithin: make(map[int64]time.Duration),
 	}
 }
 
@@ -55,20 +59,34 @@ type Failure struct {
 // Take is the stock a chunk takes from one activity.
 type Take struct{ ActivityID, N int64 }
 
+// Confirm is a row to insert into orders: a confirmed order.
+type Confirm struct {
+	seckill.OrderRequest
+	// PayBy is the payment deadline: the confirmation time plus the
+	// activity's payment window; zero (NULL) without a payment step.
+	PayBy time.Time
+}
+
 // Plan is what a chunk of requests comes to: one outcome per request, in
 // order, and the rows to write so that the database records them.
 type Plan struct {
 	Outcomes []seckill.Outcome
-	Confirm  []seckill.OrderRequest // rows for orders, CreatedAt normalised
-	Fail     []Failure              // rows for order_failures, CreatedAt normalised
-	Take     []Take                 // sorted by ActivityID, N > 0
+	Confirm  []Confirm // rows for orders, CreatedAt normalised
+	Fail     []Failure // rows for order_failures, CreatedAt normalised
+	Take     []Take    // sorted by ActivityID, N > 0
+	// Unlocked is set on a plan made from facts read without the activity
+	// locks (see Batcher.LockLate): the order ids of the chunk, of which
+	// Recorded had a failure recorded.
+	Unlocked []int64
+	Recorded int
 }
 
 // Apply decides each request in order, as ApplyOrders documents: an order id
 // with a recorded outcome keeps it; a buyer who holds another order fails
 // with ReasonDuplicate; an activity without remaining stock (or that does not
 // exist) gives ReasonSoldOut; any other request is confirmed and takes one
-// unit of stock. Apply updates f as it goes, so a later request of the same
+// unit of stock, with a payment deadline of now plus the activity's payment
+// window (now is the confirmation time). Apply updates f as it goes, so a later request of the same
 // chunk sees the earlier ones (the same order twice, a buyer twice).
 func Apply(reqs []seckill.OrderRequest, f *Facts, now time.Time) Plan {
 	p := Plan{Outcomes: make([]seckill.Outcome, len(reqs))}
@@ -89,7 +107,7 @@ func Apply(reqs []seckill.OrderRequest, f *Facts, now time.Time) Plan {
 			f.Remaining[r.ActivityID]--
 			f.Holders[key] = r.OrderID
 			take[r.ActivityID]++
-			p.Confirm = append(p.Confirm, r)
+			p.Confirm = append(p.Confirm, Confirm{OrderRequest: r, PayBy: PayBy(now, f.PayWithin[r.ActivityID])})
 		} else {
 			o = seckill.Outcome{Status: seckill.OrderFailed, Reason: seckill.ReasonSoldOut}
 			p.Fail = append(p.Fail, Failure{Req: r, Reason: o.Reason})
@@ -110,7 +128,7 @@ func Apply(reqs []seckill.OrderRequest, f *Facts, now time.Time) Plan {
 // for an activity that does not exist) take the index locks in the same
 // order and wait for each other instead of deadlocking.
 func (p *Plan) sortRows() {
-	slices.SortFunc(p.Confirm, func(a, b seckill.OrderRequest) int { return cmp.Compare(a.OrderID, b.OrderID) })
+	slices.SortFunc(p.Confirm, func(a, b Confirm) int { return cmp.Compare(a.OrderID, b.OrderID) })
 	slices.SortFunc(p.Fail, func(a, b Failure) int { return cmp.Compare(a.Req.OrderID, b.Req.OrderID) })
 }
 
@@ -149,6 +167,15 @@ func Millis(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
 // millisecond precision, col >= t holds exactly when col >= CeilMillis(t).
 func CeilMillis(t time.Time) time.Time {
 	return t.UTC().Add(time.Millisecond - 1).Truncate(time.Millisecond)
+}
+
+// PayBy is the payment deadline of an order confirmed at now in an activity
+// whose payment window is within: zero if it has none.
+func PayBy(now time.Time, within time.Duration) time.Time {
+	if within <= 0 {
+		return time.Time{}
+	}
+	return Millis(now.Add(within))
 }
 
 // CreatedAt is the stored created_at of a request: its own, or now if unset.

@@ -43,50 +43,143 @@ func Retry(ctx context.Context, retryable func(error) bool, tx func() error) err
 }
 
 // Planner decides the outcomes of a chunk of requests from its facts:
-// Apply, or Fail bound to a reason with FailWith.
+// Apply, or Fail bound to a reason.
 type Planner func(reqs []seckill.OrderRequest, f *Facts, now time.Time) Plan
 
-// FailWith returns the Planner that records failures with reason.
-func FailWith(reason string) Planner {
-	return func(reqs []seckill.OrderRequest, f *Facts, now time.Time) Plan {
+// Need says which facts a read gathers besides those it always reads: the
+// chunk's activities (locked, unless Unlocked) and the outcomes recorded in
+// order_failures.
+type Need struct {
+	Orders   bool // the outcomes recorded in orders
+	Holders  bool // the orders that block the chunk's buyers (Facts.Holders)
+	Unlocked bool // read the activities without locking them
+}
+
+// Op is what a batch does: its planner and the facts the planner needs.
+type Op struct {
+	Plan Planner
+	Need Need
+	// Optimistic: a chunk is first read without Need (see Batch).
+	Optimistic bool
+}
+
+// ApplyOp is ApplyOrders' work.
+var ApplyOp = Op{Plan: Apply, Need: Need{Orders: true, Holders: true}, Optimistic: true}
+
+// FailOp is FailOrders' work: the requests without an outcome fail with
+// reason. A failure row cannot meet a row of orders in a unique index, so
+// its facts are always read.
+func FailOp(reason string) Op {
+	return Op{Plan: func(reqs []seckill.OrderRequest, f *Facts, now time.Time) Plan {
 		return Fail(reqs, reason, f, now)
-	}
+	}, Need: Need{Orders: true}}
+}
+
+// Batcher is what Batch needs of an engine, whose transactions are Tx.
+type Batcher[Tx any] struct {
+	// Chunk is the most requests read and written with one set of
+	// statements. Chunks keep placeholder counts (MySQL: 65535, SQLite:
+	// 32766) and statement sizes bounded without changing the outcomes.
+	Chunk int
+	// Retryable reports the errors after which the transaction is rerun.
+	Retryable func(error) bool
+	// InTx runs fn in a transaction, committed if fn returns nil.
+	InTx func(fn func(Tx) error) error
+	// Read locks the chunk's activities (unless need.Unlocked) and reads
+	// the facts that need asks for.
+	Read func(tx Tx, chunk []seckill.OrderRequest, need Need) (*Facts, error)
+	// Write carries out a plan. A row that it meets in a unique index, and
+	// a statement that affects other rows than planned, fail it with
+	// ErrConflict. For a plan with Unlocked set, it inserts first, then
+	// takes the stock, which locks the activities, then counts the
+	// failures recorded for the Unlocked ids: Recorded, or ErrConflict.
+	Write func(tx Tx, p Plan) error
+	// LockLate: an optimistic chunk is read without the activity locks,
+	// which the write takes last, so that the inserts of batches of one
+	// activity (most of their work) run side by side, not one after the
+	// other. Only where inserting a row that refers to an activity does
+	// not conflict with the lock of a transaction that updates its stock
+	// (PostgreSQL's FOR KEY SHARE and FOR NO KEY UPDATE; InnoDB's foreign
+	// key checks take shared locks that a later update would deadlock on).
+	LockLate bool
 }
 
 // Batch is the body every engine's ApplyOrders and FailOrders share: in one
-// transaction begun by inTx, for each chunk of at most MaxChunk requests,
-// read the facts, plan and write; the whole transaction is rerun (Retry)
-// while its error is retryable. It returns the outcomes in request order.
-func Batch[Tx any](ctx context.Context, reqs []seckill.OrderRequest, retryable func(error) bool,
-	inTx func(fn func(Tx) error) error,
-	read func(tx Tx, chunk []seckill.OrderRequest) (*Facts, error),
-	plan Planner,
-	write func(tx Tx, p Plan) error,
-) ([]seckill.Outcome, error) {
+// transaction, for each chunk of requests, read the facts, plan and write;
+// the whole transaction is rerun (Retry) while its error is retryable. It
+// returns the outcomes in request order.
+//
+// An optimistic op first reads a chunk without its Need: as if none of its
+// orders were recorded in orders and none of its buyers held an order,
+// which is so for every new order a worker writes. If the plan then
+// writes no failure (every request is confirmed, or keeps the outcome
+// recorded in order_failures), the facts left unread cannot change it, unless
+// the database holds one of its orders or buyers after all: then an insert
+// meets that row in a unique index (ErrConflict), and the transaction is
+// rerun with every fact read, under the locks. A plan with any failure is
+// made again from every fact at once, since a failure row meets nothing in
+// orders. This saves the database two index probes per new order, of
+// seven.
+//
+// With LockLate, the optimistic read takes no lock either, and so may see
+// stock or failures that change before the write locks the activities:
+// the write then takes only stock that is still there, and finds the same
+// failures recorded (FailOrders locks the activities before it reads, and
+// cannot see uncommitted orders), or the transaction is rerun under the
+// locks. Any other change meets the inserts in a unique index.
+func Batch[Tx any](ctx context.Context, b Batcher[Tx], reqs []seckill.OrderRequest, op Op) ([]seckill.Outcome, error) {
 	out := make([]seckill.Outcome, 0, len(reqs))
 	if len(reqs) == 0 {
 		return out, nil
 	}
-	err := Retry(ctx, retryable, func() error {
+	optimistic := op.Optimistic
+	err := Retry(ctx, b.Retryable, func() error {
 		out = out[:0]
-		return inTx(func(tx Tx) error {
-			now := time.Now()
-			for chunk := range slices.Chunk(reqs, MaxChunk) {
-				f, err := read(tx, chunk)
+		err := b.InTx(func(tx Tx) error {
+			for chunk := range slices.Chunk(reqs, b.Chunk) {
+				p, err := b.decide(tx, chunk, op, optimistic)
 				if err != nil {
 					return err
 				}
-				p := plan(chunk, f, now)
-				if err := write(tx, p); err != nil {
+				if err := b.Write(tx, p); err != nil {
 					return err
 				}
 				out = append(out, p.Outcomes...)
 			}
 			return nil
 		})
+		if errors.Is(err, ErrConflict) {
+			optimistic = false
+		}
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// decide reads a chunk's facts and plans it (see Batch for optimistic).
+func (b Batcher[Tx]) decide(tx Tx, chunk []seckill.OrderRequest, op Op, optimistic bool) (Plan, error) {
+	if optimistic {
+		f, err := b.Read(tx, chunk, Need{Unlocked: b.LockLate})
+		if err != nil {
+			return Plan{}, err
+		}
+		recorded := len(f.Outcomes) // failures: Need.Orders is not set
+		// The time of confirmation, once the activities are locked (or
+		// their stock is read, with LockLate): payment deadlines count
+		// from here.
+		if p := op.Plan(chunk, f, time.Now()); len(p.Fail) == 0 {
+			if b.LockLate {
+				p.Unlocked, p.Recorded = OrderIDs(chunk), recorded
+			}
+			return p, nil
+		}
+	}
+	f, err := b.Read(tx, chunk, op.Need)
+	if err != nil {
+		return Plan{}, err
+	}
+	return op.Plan(chunk, f, time.Now()), nil
 }

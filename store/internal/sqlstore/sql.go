@@ -37,8 +37,9 @@ type Migration struct {
 }
 
 // Migrations returns the *.sql files of dir in fsys sorted by name: the order
-// in which they are applied.
-func Migrations(fsys fs.FS, dir string) ([]Migration, error) {
+// in which they are applied; those up to version upTo if it is not "" (for
+// tests that build a database of an older version).
+func Migrations(fsys fs.FS, dir, upTo string) ([]Migration, error) {
 	names, err := fs.Glob(fsys, path.Join(dir, "*.sql"))
 	if err != nil {
 		return nil, err
@@ -50,7 +51,11 @@ func Migrations(fsys fs.FS, dir string) ([]Migration, error) {
 		if err != nil {
 			return nil, err
 		}
-		ms = append(ms, Migration{Version: strings.TrimSuffix(path.Base(name), ".sql"), SQL: string(b)})
+		m := Migration{Version: strings.TrimSuffix(path.Base(name), ".sql"), SQL: string(b)}
+		if upTo != "" && m.Version > upTo {
+			break
+		}
+		ms = append(ms, m)
 	}
 	if len(ms) == 0 {
 		return nil, fmt.Errorf("no migrations in %s", dir)
@@ -59,18 +64,8 @@ func Migrations(fsys fs.FS, dir string) ([]Migration, error) {
 }
 
 // Query runs q in tx and calls scan for each row (database/sql engines).
-func Query(ctx context.Context, tx *sql.Tx, q string, args []any, scan func(*sql.Rows) error) error {
-	rows, err := tx.QueryContext(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := scan(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+func Query(ctx context.Context, tx *sql.Tx, q string, args []any, scan func(Row) error) error {
+	return SQLConn(tx).Query(ctx, q, args, scan)
 }
 
 // Args turns ids into query arguments.
@@ -99,29 +94,6 @@ func Dollar(q string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
-}
-
-// lastOrderIDQuery reads the highest id of an order id range in orders and
-// in order_failures: two probes of their primary keys, whatever the number
-// of orders. Two scalar subqueries rather than a UNION of two LIMIT 1
-// queries, which SQLite cannot parenthesize.
-const lastOrderIDQuery = `
-SELECT (SELECT MAX(id) FROM orders WHERE id BETWEEN ? AND ?),
-       (SELECT MAX(order_id) FROM order_failures WHERE order_id BETWEEN ? AND ?)`
-
-// LastOrderID is the body of every engine's Store.LastOrderID: queryRow runs
-// a query with ? placeholders (dollar: rewritten as $n) and the arguments.
-func LastOrderID(activityID int64, dollar bool, queryRow func(q string, args ...any) Row) (int64, error) {
-	q := lastOrderIDQuery
-	if dollar {
-		q = Dollar(q)
-	}
-	lo, hi := seckill.OrderID(activityID, 1), seckill.OrderID(activityID, seckill.MaxOrderLocal)
-	var confirmed, failed sql.NullInt64
-	if err := queryRow(q, lo, hi, lo, hi).Scan(&confirmed, &failed); err != nil {
-		return 0, err
-	}
-	return max(confirmed.Int64, failed.Int64), nil
 }
 
 // CheckActivityID refuses an activity id that the database handed out if no

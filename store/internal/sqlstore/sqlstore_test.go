@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/seckilldev/seckill"
@@ -31,6 +33,7 @@ func TestApply(t *testing.T) {
 	f.Outcomes[10] = confirmed
 	f.Outcomes[11] = soldOut
 	f.Holders[Key{1, 100}] = 10
+	f.PayWithin[1] = 90 * time.Second
 
 	reqs := []seckill.OrderRequest{
 		r(10, 1, 100), // redelivered: confirmed
@@ -58,6 +61,9 @@ func TestApply(t *testing.T) {
 		confirmedIDs = append(confirmedIDs, c.OrderID)
 		if !c.CreatedAt.Equal(time.Date(2030, 1, 1, 0, 0, 0, 999_000_000, time.UTC)) || c.CreatedAt.Location() != time.UTC {
 			t.Errorf("order %d: CreatedAt = %v, want UTC truncated to ms", c.OrderID, c.CreatedAt)
+		}
+		if want := time.Date(2030, 1, 1, 0, 1, 30, 123_000_000, time.UTC); !c.PayBy.Equal(want) || c.PayBy.Location() != time.UTC {
+			t.Errorf("order %d: PayBy = %v, want now + 90s (%v), truncated to ms", c.OrderID, c.PayBy, want)
 		}
 	}
 	for _, f := range p.Fail {
@@ -152,5 +158,73 @@ func TestDollar(t *testing.T) {
 	got := Dollar("SELECT a FROM t WHERE x BETWEEN ? AND ? OR y = ?")
 	if want := "SELECT a FROM t WHERE x BETWEEN $1 AND $2 OR y = $3"; got != want {
 		t.Errorf("Dollar = %q, want %q", got, want)
+	}
+}
+
+func TestPayBy(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 123_456_789, time.FixedZone("UTC+1", 3600))
+	if got := PayBy(now, 0); !got.IsZero() {
+		t.Errorf("PayBy(no window) = %v, want zero", got)
+	}
+	if got := PayBy(now, time.Minute); !got.Equal(now.Add(time.Minute).Truncate(time.Millisecond)) || got.Location() != time.UTC {
+		t.Errorf("PayBy = %v", got)
+	}
+}
+
+// TestTimeDest: what each engine's driver hands over for a time column.
+func TestTimeDest(t *testing.T) {
+	want := time.Date(2030, 1, 2, 3, 4, 5, 678_000_000, time.UTC)
+	for _, v := range []any{want.In(time.FixedZone("X", 3600)), "2030-01-02 03:04:05.678", []byte("2030-01-02 03:04:05.678")} {
+		var got time.Time
+		if err := TimeDest(&got).Scan(v); err != nil || !got.Equal(want) || got.Location() != time.UTC {
+			t.Errorf("Scan(%T %v) = %v, %v; want %v in UTC", v, v, got, err, want)
+		}
+	}
+	got := want
+	if err := TimeDest(&got).Scan(nil); err != nil || !got.IsZero() {
+		t.Errorf("Scan(NULL) = %v, %v; want the zero time", got, err)
+	}
+	for _, v := range []any{int64(5), "yesterday"} {
+		if err := TimeDest(&got).Scan(v); err == nil {
+			t.Errorf("Scan(%v) succeeded", v)
+		}
+	}
+}
+
+func TestMigrationsUpTo(t *testing.T) {
+	fsys := fstest.MapFS{
+		"m/0001_a.sql": {Data: []byte("A")}, "m/0002_b.sql": {Data: []byte("B")}, "m/0003_c.sql": {Data: []byte("C")}, "m/notes.txt": {},
+	}
+	for upTo, want := range map[string]string{"": "0001_a 0002_b 0003_c", "0002_b": "0001_a 0002_b", "0001_a": "0001_a"} {
+		ms, err := Migrations(fsys, "m", upTo)
+		var got []string
+		for _, m := range ms {
+			got = append(got, m.Version)
+		}
+		if err != nil || strings.Join(got, " ") != want {
+			t.Errorf("Migrations(up to %q) = %v, %v; want %s", upTo, got, err, want)
+		}
+	}
+}
+
+func TestValidPayment(t *testing.T) {
+	for _, tt := range []struct {
+		p  seckill.Payment
+		ok bool
+	}{
+		{seckill.Payment{Ref: "r"}, true},
+		{seckill.Payment{Ref: "支付-123", Key: "é"}, true},
+		{seckill.Payment{Ref: strings.Repeat("r", MaxRef), Key: strings.Repeat("k", MaxRef)}, true},
+		{seckill.Payment{}, false},
+		{seckill.Payment{Ref: strings.Repeat("r", MaxRef+1)}, false},
+		{seckill.Payment{Ref: "r", Key: strings.Repeat("k", MaxRef+1)}, false},
+		{seckill.Payment{Ref: "a\nb"}, false},
+		{seckill.Payment{Ref: "r", Key: "\x7f"}, false},
+		{seckill.Payment{Ref: "\xc3"}, false},
+	} {
+		err := validPayment(tt.p)
+		if (err == nil) != tt.ok || (err != nil && seckill.ErrorCode(err) != seckill.EINVALID) {
+			t.Errorf("validPayment(%q, %q) = %v, want ok %v", tt.p.Ref, tt.p.Key, err, tt.ok)
+		}
 	}
 }

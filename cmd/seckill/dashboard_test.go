@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/seckilldev/seckill/internal/testenv"
+	"github.com/seckilldev/seckill/loadgen"
+)
+
+// The dashboard in a real browser (headless Chromium), during a real sale
+// on serve with Redis and PostgreSQL: the page follows the stock from 100
+// down to 0, counts 100 accepted grabs, and the admin view shows the
+// checker's verdict. A screenshot is left in the temporary directory.
+func TestDashboardInBrowser(t *testing.T) {
+	testenv.NeedBinary(t, "chromium") // Debian: apt-get install chromium
+	redisURL := "redis://" + testenv.RedisAddr(t)
+	// A small comparison of strategies first, through the command line, on
+	// a database of its own: the dashboard charts what it saved.
+	results := filepath.Join(t.TempDir(), "compare.json")
+	var out strings.Builder
+	if code := run(context.Background(), []string{"bench", "--compare", "--results", results, "--redis", redisURL,
+		"--db", testenv.PostgresURL(t), "--strategies", "naive,lua", "--users", "300", "--requests", "600",
+		"--rounds", "1"}, &out, &out); code != 0 {
+		t.Fatalf("bench --compare exited %d:\n%s", code, out.String())
+	}
+	in := startServe(t, backend{name: "postgres", redisURL: redisURL, dbURL: testenv.PostgresURL(t)},
+		testenv.Prefix(t), "--compare-results="+results)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.WindowSize(1400, 1800),
+		chromedp.Flag("disable-dev-shm-usage", true))
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox) // Chromium refuses root without it
+	}
+	actx, stopAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer stopAlloc()
+	bctx, stopBrowser := chromedp.NewContext(actx)
+	defer stopBrowser()
+	var mu sync.Mutex
+	var jsErrors []string
+	// Listen starts the browser, on a context without a timeout: the
+	// browser lives as long as that first context.
+	if err := chromedp.Listen(bctx, func(ev any) {
+		if e, ok := ev.(*runtime.EventExceptionThrown); ok {
+			mu.Lock()
+			jsErrors = append(jsErrors, fmt.Sprintf("%s (%s:%d)", e.ExceptionDetails.Text, e.ExceptionDetails.URL, e.ExceptionDetails.LineNumber))
+			mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	// within bounds each step: a liveness bound for a loaded machine.
+	within := func() (context.Context, context.CancelFunc) { return context.WithTimeout(bctx, 90*time.Second) }
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		ctx, cancel := within()
+		defer cancel()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	waitFor := func(what, predicate string) {
+		t.Helper()
+		ctx, cancel := within()
+		defer cancel()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](predicate, chromedp.WithPollingTimeout(80*time.Second))); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		ctx, cancel := within()
+		defer cancel()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("read %s: %v", sel, err)
+		}
+		return strings.TrimSpace(s)
+	}
+
+	// The page is open before the sale, with the admin token set.
+	do("open the dashboard", chromedp.Navigate(in.url+"/dashboard/"),
+		chromedp.WaitVisible(chromedp.CSS("#conn.live")),
+		chromedp.SendKeys(chromedp.CSS("#token"), in.token),
+		chromedp.Click(chromedp.CSS("#token-form button"))) // not form.submit(): that skips the page's handler
+	waitFor("the token taken", `document.getElementById("token-state").textContent.startsWith("token set")`)
+	const stock = 100
+	startsIn := 2 * time.Second
+	startsAt := time.Now().Add(startsIn)
+	id := in.createActivity(stock, startsIn)
+	waitFor("the page shows the new sale, full", fmt.Sprintf(`document.getElementById("activity-title").textContent.endsWith("(#%d)") &&
+		document.getElementById("remaining-redis").textContent === "%d"`, id, stock))
+
+	rep, err := loadgen.Run(context.Background(), loadgen.Config{URL: in.url, ActivityID: id, Users: 3000,
+		Concurrency: 32, RepeatShare: 0.2, StartAt: startsAt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Counts.Accepted != stock {
+		t.Fatalf("the crowd got %d orders of %d", rep.Counts.Accepted, stock)
+	}
+
+	waitFor("the page shows the sale sold out", `document.getElementById("remaining-redis").textContent === "0" &&
+		document.getElementById("accepted-total").textContent === "100" &&
+		document.getElementById("sold-out-at").textContent !== "–"`)
+	waitFor("the page charts the comparison", `!document.getElementById("compare-charts").hidden &&
+		document.getElementById("compare-note").textContent.includes("300 users")`)
+	waitFor("the page shows every order written", `document.getElementById("remaining-db").textContent === "0" &&
+		document.getElementById("states").textContent.includes("confirmed 100")`)
+	waitFor("the admin view shows the checker's verdict",
+		`document.getElementById("check-state").textContent.includes("all invariants held")`)
+	if got := text("#remaining-redis"); got != "0" {
+		t.Errorf("remaining shown %q, want 0", got)
+	}
+	if got := text("#accepted-total"); got != fmt.Sprint(stock) {
+		t.Errorf("accepted shown %q, want %d", got, stock)
+	}
+	if row := text(fmt.Sprintf(`#activities tr[data-activity="%d"]`, id)); !strings.Contains(row, "sold out") {
+		t.Errorf("activities row %q does not say sold out", row)
+	}
+
+	ctx, cancel := within()
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := filepath.Join(os.TempDir(), "seckill-dashboard.png") // the latest run's
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(jsErrors) > 0 {
+		t.Errorf("the page threw: %v", jsErrors)
+	}
+}
+
+// An open dashboard page does not hold serve's drain: its stream ends when
+// the drain begins, and serve stops cleanly (startServe's cleanup fails the
+// test if serve returns an error, as it does when --drain-timeout runs out
+// on a busy connection).
+func TestServeDrainsWithOpenDashboard(t *testing.T) {
+	var stream io.Closer = io.NopCloser(nil)
+	t.Cleanup(func() { stream.Close() }) // after serve's cleanup: the page stays open through the drain
+	in := startServe(t, backend{name: "postgres", redisURL: "redis://" + testenv.RedisAddr(t),
+		dbURL: testenv.PostgresURL(t)}, testenv.Prefix(t))
+	resp, err := http.Get(in.url + "/dashboard/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream = resp.Body
+	first, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || first != "retry: 2000\n" {
+		t.Fatalf("stream began with %q, %v", first, err)
+	}
+}

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/seckilldev/seckill/auth"
+	"github.com/seckilldev/seckill/httpapi"
+	"github.com/seckilldev/seckill/limit"
+)
+
+// guardFlags are serve's defences against hostile clients: how buyers are
+// identified, rate limits, and the bounds of the HTTP server. Zero values
+// (a serveConfig built in code, as demo and the tests do) take the
+// defaults the flags show.
+type guardFlags struct {
+	identity    string // header or jwt
+	jwtSecret   string
+	jwtJWKS     string
+	jwtAudience string
+	jwtIssuer   string
+	jwtClaim    string
+	jwtLeeway   time.Duration
+
+	userRate  float64
+	userBurst int
+	ipRate    float64
+	ipBurst   int
+	rateStore string // local or redis
+	proxies   string
+
+	readHeaderTimeout time.Duration
+	readTimeout       time.Duration
+	writeTimeout      time.Duration
+	idleTimeout       time.Duration
+	maxHeaderBytes    int
+	maxBody           int64
+	maxInFlight       int
+}
+
+const (
+	defaultReadHeaderTimeout = 5 * time.Second
+	defaultReadTimeout       = 10 * time.Second
+	defaultWriteTimeout      = 10 * time.Second
+	defaultIdleTimeout       = 2 * time.Minute
+	defaultMaxHeaderBytes    = 16 << 10
+	defaultJWTLeeway         = 10 * time.Second
+)
+
+func (g *guardFlags) register(fs flagSet) {
+	fs.StringVar(&g.identity, "identity", "header", "how buyers are identified: header (X-User-ID, set by a trusted gateway, which must replace any the client sent) or jwt (a bearer JWT verified here: --jwt-secret or --jwt-jwks)")
+	fs.StringVar(&g.jwtSecret, "jwt-secret", "", "with --identity jwt: the HS256 secret, at least 32 bytes (prefer the environment twin to the command line)")
+	fs.StringVar(&g.jwtJWKS, "jwt-jwks", "", "with --identity jwt: a JWK Set of RS256/ES256 public keys, a file path or an http(s) URL (read at start, then every 5 minutes)")
+	fs.StringVar(&g.jwtAudience, "jwt-audience", "", "with --identity jwt: the aud a token must carry (default: not checked)")
+	fs.StringVar(&g.jwtIssuer, "jwt-issuer", "", "with --identity jwt: the iss a token must carry (default: not checked)")
+	fs.StringVar(&g.jwtClaim, "jwt-user-claim", "sub", "with --identity jwt: the claim that holds the user id (a positive 64-bit integer)")
+	fs.DurationVar(&g.jwtLeeway, "jwt-leeway", defaultJWTLeeway, "with --identity jwt: the clock skew allowed on exp and nbf")
+	fs.Float64Var(&g.userRate, "user-rate", 0, "requests per second each user may send, sustained (0: no limit); over it: 429 rate_limited with Retry-After")
+	fs.IntVar(&g.userBurst, "user-burst", 0, "requests a user may send at once (default: --user-rate rounded up)")
+	fs.Float64Var(&g.ipRate, "ip-rate", 0, "requests per second each client address may send, sustained (0: no limit; IPv6 by /64)")
+	fs.IntVar(&g.ipBurst, "ip-burst", 0, "requests a client address may send at once (default: --ip-rate rounded up)")
+	fs.StringVar(&g.rateStore, "rate-limit-store", "local", "where the rate limits are kept: local (per instance, in memory) or redis (across instances: one Redis round trip per request)")
+	fs.StringVar(&g.proxies, "trusted-proxies", "", "comma-separated addresses or CIDRs of proxies whose X-Forwarded-For is believed for the client address (default: none; the peer is the client)")
+	fs.DurationVar(&g.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout, "time a client has to send a request's headers")
+	fs.DurationVar(&g.readTimeout, "read-timeout", defaultReadTimeout, "time a client has to send a whole request, body included; a slower one is cut off")
+	fs.DurationVar(&g.writeTimeout, "write-timeout", defaultWriteTimeout, "time from the end of a request's headers to the end of its answer")
+	fs.DurationVar(&g.idleTimeout, "idle-timeout", defaultIdleTimeout, "time an idle keep-alive connection is kept open")
+	fs.IntVar(&g.maxHeaderBytes, "max-header-bytes", defaultMaxHeaderBytes, "bound on a request's line and headers, in bytes (beyond: 431)")
+	fs.Int64Var(&g.maxBody, "max-body", httpapi.DefaultMaxBody, "bound on a request body, in bytes (beyond: 413)")
+	fs.IntVar(&g.maxInFlight, "max-in-flight", httpapi.DefaultMaxInFlight, "requests handled at once; beyond: 503 overloaded, at once")
+}
+
+// check validates the flags and fills in the defaults of zero values.
+func (g *guardFlags) check() error {
+	for _, d := range []struct {
+		flag string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"--read-header-timeout", &g.readHeaderTimeout, defaultReadHeaderTimeout},
+		{"--read-timeout", &g.readTimeout, defaultReadTimeout},
+		{"--write-timeout", &g.writeTimeout, defaultWriteTimeout},
+		{"--idle-timeout", &g.idleTimeout, defaultIdleTimeout},
+		{"--jwt-leeway", &g.jwtLeeway, defaultJWTLeeway},
+	} {
+		switch {
+		case *d.v < 0:
+			return usagef("%s: %v is negative", d.flag, *d.v)
+		case *d.v == 0:
+			*d.v = d.def
+		}
+	}
+	if g.identity == "" {
+		g.identity = "header"
+	}
+	if g.rateStore == "" {
+		g.rateStore = "local"
+	}
+	if g.jwtClaim == "" {
+		g.jwtClaim = "sub"
+	}
+	if g.maxHeaderBytes == 0 {
+		g.maxHeaderBytes = defaultMaxHeaderBytes
+	}
+	if g.maxBody == 0 {
+		g.maxBody = httpapi.DefaultMaxBody
+	}
+	if g.maxInFlight == 0 {
+		g.maxInFlight = httpapi.DefaultMaxInFlight
+	}
+	jwtSet := g.jwtSecret != "" || g.jwtJWKS != "" || g.jwtAudience != "" || g.jwtIssuer != ""
+	switch {
+	case g.identity != "header" && g.identity != "jwt":
+		return usagef("--identity: %q is not one of header, jwt", g.identity)
+	case g.identity == "header" && jwtSet:
+		return usagef("--jwt-secret, --jwt-jwks, --jwt-audience and --jwt-issuer need --identity jwt")
+	case g.identity == "jwt" && g.jwtSecret == "" && g.jwtJWKS == "":
+		return usagef("--identity jwt needs --jwt-secret or --jwt-jwks")
+	case g.jwtSecret != "" && len(g.jwtSecret) < auth.MinSecretLen:
+		return usagef("--jwt-secret: %d bytes is too short for HS256, want at least %d", len(g.jwtSecret), auth.MinSecretLen)
+	case g.userRate < 0 || g.userRate > 1e6:
+		return usagef("--user-rate: %v is not between 0 and 1000000", g.userRate)
+	case g.ipRate < 0 || g.ipRate > 1e6:
+		return usagef("--ip-rate: %v is not between 0 and 1000000", g.ipRate)
+	case g.userBurst < 0 || g.userBurst > 1e6:
+		return usagef("--user-burst: %d is not between 0 and 1000000", g.userBurst)
+	case g.ipBurst < 0 || g.ipBurst > 1e6:
+		return usagef("--ip-burst: %d is not between 0 and 1000000", g.ipBurst)
+	case g.rateStore != "local" && g.rateStore != "redis":
+		return usagef("--rate-limit-store: %q is not one of local, redis", g.rateStore)
+	case g.maxHeaderBytes < 1024:
+		return usagef("--max-header-bytes: %d is below 1024", g.maxHeaderBytes)
+	case g.maxBody < 1024:
+		return usagef("--max-body: %d is below 1024", g.maxBody)
+	case g.maxInFlight < 1:
+		return usagef("--max-in-flight: %d is below 1", g.maxInFlight)
+	}
+	if _, err := g.trustedProxies(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (g *guardFlags) trustedProxies() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range strings.Split(g.proxies, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, usagef("--trusted-proxies: %q is neither an address nor a CIDR", s)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// secrets returns what must never be logged: the JWT secret and the admin
+// token (a generated one is printed once, on stdout, by design). A token
+// shorter than 8 bytes is not hidden: hiding "tok" would garble every
+// "token" and "stock" of the log, and such a token guards nothing anyway.
+func (g *guardFlags) secrets(adminToken string) []string {
+	if len(adminToken) < 8 {
+		adminToken = ""
+	}
+	return []string{g.jwtSecret, adminToken}
+}
+
+// apiOptions builds the API's identity, limits and blocklist. The
+// blocklist needs Run for its changes to reach this instance. ctx bounds
+// the JWK Set's refreshes.
+func (g *guardFlags) apiOptions(ctx context.Context, bk *backends, prefix string, log *slog.Logger) ([]httpapi.Option, *limit.Blocklist, error) {
+	proxies, _ := g.trustedProxies() // checked by check
+	opts := []httpapi.Option{
+		httpapi.WithLimits(httpapi.Limits{MaxBody: g.maxBody, MaxInFlight: int64(g.maxInFlight)}),
+		httpapi.WithTrustedProxies(proxies),
+	}
+	if g.identity == "jwt" {
+		cfg := auth.Config{JWKS: g.jwtJWKS, UserClaim: g.jwtClaim, Audience: g.jwtAudience, Issuer: g.jwtIssuer,
+			Leeway: g.jwtLeeway, Log: log}
+		if g.jwtSecret != "" {
+			cfg.Secret = []byte(g.jwtSecret)
+		}
+		v, err := auth.New(ctx, cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--jwt-jwks: %w", err)
+		}
+		opts = append(opts, httpapi.WithVerifier(v))
+	}
+	users := limit.Rate{PerSecond: g.userRate, Burst: g.userBurst}
+	addrs := limit.Rate{PerSecond: g.ipRate, Burst: g.ipBurst}
+	if g.rateStore == "redis" {
+		if users.Enabled() {
+			opts = append(opts, httpapi.WithUserLimit(limit.NewRedis(bk.rdb, users,
+				func(uid int64) string { return prefix + ":rl:u:" + strconv.FormatInt(uid, 10) }, log)))
+		}
+		if addrs.Enabled() {
+			opts = append(opts, httpapi.WithAddrLimit(limit.NewRedis(bk.rdb, addrs,
+				func(a netip.Addr) string { return prefix + ":rl:ip:" + a.String() }, log)))
+		}
+	} else {
+		if users.Enabled() {
+			opts = append(opts, httpapi.WithUserLimit(limit.NewLocal[int64](users, 0)))
+		}
+		if addrs.Enabled() {
+			opts = append(opts, httpapi.WithAddrLimit(limit.NewLocal[netip.Addr](addrs, 0)))
+		}
+	}
+	bl := limit.NewBlocklist(bk.rdb, prefix, log)
+	if err := bl.Load(ctx); err != nil {
+		log.Warn("blocklist not read yet; it will be at the next poll", "err", err)
+	}
+	opts = append(opts, httpapi.WithBlocklist(bl))
+	return opts, bl, nil
+}
+
+// server returns the HTTP server with the timeouts and bounds of g.
+func (g *guardFlags) server(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: g.readHeaderTimeout, ReadTimeout: g.readTimeout,
+		WriteTimeout: g.writeTimeout, IdleTimeout: g.idleTimeout, MaxHeaderBytes: g.maxHeaderBytes}
+}
+
+// buyers is how demo and bench name the users of their crowds: by
+// X-User-ID (signer nil), or by bearer tokens they mint with the secret
+// the service verifies.
+type buyers struct{ signer *auth.Signer }
+
+// jwtBuyers mints tokens with secret, for a service started with
+// --identity jwt and the same secret (and audience, issuer and claim).
+func jwtBuyers(secret, audience, issuer, claim string) buyers {
+	return buyers{&auth.Signer{Secret: []byte(secret), Audience: audience, Issuer: issuer, UserClaim: claim}}
+}
+
+// token is loadgen.Config.Token: nil in header mode.
+func (b buyers) token() func(uid int64) (string, error) {
+	if b.signer == nil {
+		return nil
+	}
+	return b.signer.Token
+}
+
+// identify sets a request's identity (loadgen.SettleConfig.Identify): nil
+// in header mode, which is loadgen's default.
+func (b buyers) identify() func(r *http.Request, uid int64) {
+	if b.signer == nil {
+		return nil
+	}
+	return func(r *http.Request, uid int64) {
+		tok, err := b.signer.Token(uid)
+		if err == nil {
+			r.Header.Set("Authorization", "Bearer "+tok)
+		}
+	}
+}

@@ -1,0 +1,187 @@
+// Package dashboard is seckill's live web dashboard, served by `seckill
+// serve` under /dashboard/: for each live activity the stock left in Redis
+// and in the database, the order stream's backlog, and the orders by state;
+// for the instance, grabs per second by outcome and the grab latency; for an
+// admin, a form to create a sale, its sold-out moment and last accepted
+// grab, and the invariant checker's verdict (package check). A chart of
+// `seckill bench --compare`'s results is shown when they were saved.
+//
+// One goroutine (Run) computes the figures once per tick and encodes them
+// once; the same bytes go to every open page over Server-Sent Events. A
+// page costs one goroutine and one small write per tick, and a slow page
+// misses ticks rather than holding up the others, so a hundred viewers do
+// not touch the grab path. Nothing is computed while nobody watches.
+//
+// The page, its script and the chart library (uPlot, vendored from npm with
+// its licence) are embedded: no build step, no CDN.
+package dashboard
+
+import (
+	"context"
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seckilldev/seckill"
+	"github.com/seckilldev/seckill/stock"
+)
+
+// Prefix is the path the dashboard is served under.
+const Prefix = "/dashboard/"
+
+//go:embed assets
+var assets embed.FS
+
+// Config says where the dashboard's figures come from. Zero values take
+// the defaults.
+type Config struct {
+	// Store and Engine are the service's database and Redis. Required.
+	Store  seckill.Store
+	Engine *stock.Engine
+	// Metrics is gathered once per tick for the grab counters
+	// (seckill_grabs_total) and the grab route's latency histogram
+	// (seckill_http_request_seconds). Give it a registry of those two
+	// collectors alone: collectors that query Redis or the database at
+	// scrape time would do so at every tick. Nil: no rates, no latency.
+	Metrics prometheus.Gatherer
+	// AdminToken guards the checker; "" turns the admin view off.
+	AdminToken string
+	// DBURL is the database's URL, opened for each run of the checker,
+	// which reads the tables directly. "": no checker.
+	DBURL string
+	// CompareResults is the file `seckill bench --compare --results`
+	// writes; "" or a missing file: no comparison chart.
+	CompareResults string
+	// Tick is how often the figures are computed and sent. Default 250ms.
+	Tick time.Duration
+	// Activities bounds the activities shown: the newest that have not
+	// ended more than ten minutes ago. Default 8.
+	Activities int
+	// MaxViewers bounds the open event streams; more are refused with
+	// 503. Default 1000.
+	MaxViewers int
+	// Log receives what could not be read. Default: discarded.
+	Log *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultTick       = 250 * time.Millisecond
+	DefaultActivities = 8
+	DefaultMaxViewers = 1000
+)
+
+// Dashboard serves the page and its event stream. Run must run for the
+// stream to carry figures.
+type Dashboard struct {
+	cfg     Config
+	mux     *http.ServeMux
+	hub     *hub
+	sampler *sampler
+	checks  chan struct{} // one checker run at a time
+}
+
+// New returns a dashboard; Run computes its figures.
+func New(cfg Config) *Dashboard {
+	if cfg.Tick <= 0 {
+		cfg.Tick = DefaultTick
+	}
+	if cfg.Activities <= 0 {
+		cfg.Activities = DefaultActivities
+	}
+	if cfg.MaxViewers <= 0 {
+		cfg.MaxViewers = DefaultMaxViewers
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	d := &Dashboard{cfg: cfg, mux: http.NewServeMux(), hub: newHub(cfg.MaxViewers, cfg.Tick),
+		sampler: newSampler(cfg), checks: make(chan struct{}, 1)}
+	static, err := fs.Sub(assets, "assets")
+	if err != nil {
+		panic(err) // the embed's own layout
+	}
+	files := http.StripPrefix(Prefix, http.FileServerFS(static))
+	d.mux.Handle("GET "+Prefix+"{$}", files) // index.html
+	d.mux.Handle("GET "+Prefix+"app/", files)
+	d.mux.Handle("GET "+Prefix+"vendor/", files)
+	d.mux.Handle("GET /dashboard", http.RedirectHandler(Prefix, http.StatusMovedPermanently))
+	d.mux.HandleFunc("GET "+Prefix+"events", d.events)
+	d.mux.HandleFunc("GET "+Prefix+"api/check/{id}", d.check)
+	d.mux.HandleFunc("GET "+Prefix+"api/compare", d.compare)
+	d.mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, seckill.ENOTFOUND, "no such dashboard resource: "+r.Method+" "+r.URL.Path)
+	})
+	return d
+}
+
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.mux.ServeHTTP(w, r) }
+
+// Mount returns a handler that serves the dashboard under Prefix and
+// passes every other request to next. The grab path pays one prefix
+// comparison.
+func (d *Dashboard) Mount(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; strings.HasPrefix(p, "/dashboard") && (len(p) == len("/dashboard") || p[len("/dashboard")] == '/') {
+			d.mux.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Run computes the figures once per tick while a page watches, and sends
+// them to every page. When ctx ends it closes every event stream (an open
+// stream would otherwise hold a server's graceful shutdown until its
+// timeout) and returns.
+func (d *Dashboard) Run(ctx context.Context) {
+	defer d.hub.close()
+	t := time.NewTicker(d.cfg.Tick)
+	defer t.Stop()
+	for {
+		if !d.hub.watched() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.hub.wake:
+			}
+			// Counters read before the pause would give a rate over
+			// the pause.
+			d.sampler.forget()
+		}
+		f := d.sampler.frame(ctx, d.hub.count())
+		if b, err := json.Marshal(f); err == nil {
+			d.hub.publish(b, f.Time)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// isAdmin reports whether r carries the admin bearer token.
+func (d *Dashboard) isAdmin(r *http.Request) bool {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && d.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(d.cfg.AdminToken)) == 1
+}
+
+// writeError answers in the API's error shape.
+func writeError(w http.ResponseWriter, status int, code, message string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": message}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,230 @@
+package dashboard
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckilldev/seckill"
+)
+
+// Frame is what every page receives at each tick, as JSON. Times are Unix
+// milliseconds.
+type Frame struct {
+	Time    int64 `json:"t"`
+	TickMS  int64 `json:"tick_ms"`
+	Viewers int   `json:"viewers"`
+	// Grabs counts this instance's grab answers by outcome since it
+	// started; Rates are per second over the last second, and P50MS and
+	// P99MS the grab latency over the last second (nil when no grab was
+	// answered in it). Outcomes are those of this instance: the grab
+	// counters carry no activity label, which keeps the grab path cheap.
+	Grabs Outcomes           `json:"grabs"`
+	Rates map[string]float64 `json:"rates"`
+	P50MS *float64           `json:"p50_ms"`
+	P99MS *float64           `json:"p99_ms"`
+	// Activities are the newest activities that have not ended more than
+	// ten minutes ago, newest first.
+	Activities []Activity `json:"activities"`
+	// Errors says what could not be read at this tick.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// Outcomes counts grab answers: accepted (a new order, 202), already (the
+// user's order again, 200), sold_out (409), rejected (any other 4xx: not
+// started, ended, unknown activity, bad request, refused by a limit) and
+// errors (5xx).
+type Outcomes map[string]float64
+
+// The outcome classes of Outcomes.
+const (
+	Accepted = "accepted"
+	Already  = "already"
+	SoldOut  = "sold_out"
+	Rejected = "rejected"
+	Errors   = "errors"
+)
+
+var classes = []string{Accepted, Already, SoldOut, Rejected, Errors}
+
+// Activity is one activity's figures.
+type Activity struct {
+	ID       int64  `json:"id"`
+	Name     string `json:"name"`
+	Stock    int64  `json:"stock"`
+	StartsAt int64  `json:"starts_at"`
+	EndsAt   int64  `json:"ends_at"`
+	// RedisRemaining is nil when Redis does not hold the activity (not
+	// loaded yet, or retired after its end).
+	RedisRemaining *int64 `json:"redis_remaining"`
+	DBRemaining    int64  `json:"db_remaining"`
+	// Backlog counts the accepted orders not yet written to the database;
+	// Lag those not yet delivered to a worker, Pending those a worker
+	// holds (stock.StreamStats).
+	Backlog int64 `json:"backlog"`
+	Lag     int64 `json:"lag"`
+	Pending int64 `json:"pending"`
+	// States counts the orders in the database by state; StatesError
+	// says why they could not be counted.
+	States      seckill.StateCounts `json:"states,omitempty"`
+	StatesError string              `json:"states_error,omitempty"`
+	// LastGrabAt is the time of the last accepted grab (from the last
+	// order id Redis issued), SoldOutAt the same time when the stock in
+	// Redis is 0: the moment the last unit went.
+	LastGrabAt  *int64 `json:"last_grab_at,omitempty"`
+	SoldOutAt   *int64 `json:"sold_out_at,omitempty"`
+	LastOrderID string `json:"last_order_id,omitempty"`
+}
+
+// sampler computes frames. Only Run's goroutine uses it.
+type sampler struct {
+	cfg     Config
+	samples []sample // the last second of metric samples, oldest first
+
+	// The database is asked less often than Redis: the list of
+	// activities every second, the orders by state every two.
+	listed  time.Time
+	acts    []seckill.Activity
+	listErr error
+	counted time.Time
+	counts  map[int64]stateCount
+}
+
+type stateCount struct {
+	counts seckill.StateCounts
+	err    error
+}
+
+const (
+	listEvery   = time.Second
+	countEvery  = 2 * time.Second
+	recentEnded = 10 * time.Minute
+)
+
+func newSampler(cfg Config) *sampler { return &sampler{cfg: cfg, counts: map[int64]stateCount{}} }
+
+// forget drops what was read before a pause.
+func (s *sampler) forget() {
+	s.samples = nil
+	s.listed, s.counted = time.Time{}, time.Time{}
+}
+
+func (s *sampler) frame(ctx context.Context, viewers int) *Frame {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	now := time.Now()
+	f := &Frame{Time: now.UnixMilli(), TickMS: s.cfg.Tick.Milliseconds(), Viewers: viewers}
+	fail := func(what string, err error) {
+		f.Errors = append(f.Errors, what+": "+err.Error())
+		s.cfg.Log.Debug("dashboard: "+what, "err", err)
+	}
+	s.metrics(f, now, fail)
+
+	if now.Sub(s.listed) >= listEvery {
+		s.listed = now
+		s.acts, s.listErr = s.list(ctx, now)
+	}
+	if s.listErr != nil {
+		fail("list the activities", s.listErr)
+	}
+	ids := make([]int64, len(s.acts))
+	for i, a := range s.acts {
+		ids[i] = a.ID
+		f.Activities = append(f.Activities, Activity{ID: a.ID, Name: a.Name, Stock: a.Stock,
+			StartsAt: a.StartsAt.UnixMilli(), EndsAt: a.EndsAt.UnixMilli(), DBRemaining: a.Remaining})
+	}
+	if len(ids) == 0 {
+		return f
+	}
+	if err := s.redis(ctx, f); err != nil {
+		fail("read Redis", err)
+	}
+	stats, err := s.cfg.Engine.StatsOf(ctx, ids)
+	if err != nil {
+		fail("read the order streams", err)
+	}
+	if now.Sub(s.counted) >= countEvery {
+		s.counted = now
+		s.count(ctx, ids)
+	}
+	for i := range f.Activities {
+		a := &f.Activities[i]
+		if st, ok := stats[a.ID]; ok {
+			a.Backlog, a.Lag, a.Pending = st.Backlog(), st.Lag, st.Pending
+		}
+		c := s.counts[a.ID]
+		a.States = c.counts
+		if c.err != nil {
+			a.StatesError = c.err.Error()
+		}
+	}
+	return f
+}
+
+// list returns the newest activities that have not ended more than
+// recentEnded ago.
+func (s *sampler) list(ctx context.Context, now time.Time) ([]seckill.Activity, error) {
+	acts, err := s.cfg.Store.Activities(ctx, now.Add(-recentEnded))
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(acts, func(a, b seckill.Activity) int { return cmp.Compare(b.ID, a.ID) })
+	return acts[:min(len(acts), s.cfg.Activities)], nil
+}
+
+// redis reads each activity's stock and last issued order in one pipelined
+// round trip.
+func (s *sampler) redis(ctx context.Context, f *Frame) error {
+	pipe := s.cfg.Engine.Client().Pipeline()
+	stocks := make([]*redis.StringCmd, len(f.Activities))
+	seqs := make([]*redis.StringCmd, len(f.Activities))
+	for i, a := range f.Activities {
+		k := s.cfg.Engine.Keys(a.ID)
+		stocks[i] = pipe.Get(ctx, k.Stock)
+		seqs[i] = pipe.HGet(ctx, k.Meta, "seq")
+	}
+	_, _ = pipe.Exec(ctx)
+	var errs []error
+	for i := range f.Activities {
+		a := &f.Activities[i]
+		n, err := stocks[i].Int64()
+		switch {
+		case err == nil:
+			a.RedisRemaining = &n
+		case !errors.Is(err, redis.Nil):
+			errs = append(errs, err)
+			continue
+		}
+		seq, err := seqs[i].Int64()
+		if err != nil || seq <= 0 || seq > seckill.MaxOrderLocal {
+			continue // no order issued yet, or not loaded
+		}
+		oid := seckill.OrderID(a.ID, seq)
+		at := seckill.OrderTime(time.UnixMilli(a.StartsAt), oid).UnixMilli()
+		a.LastGrabAt, a.LastOrderID = &at, strconv.FormatInt(oid, 10)
+		if a.RedisRemaining != nil && *a.RedisRemaining == 0 {
+			a.SoldOutAt = &at
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// count refreshes the orders by state. An error (the store cannot count,
+// or the database is down) is shown in place of the counts.
+func (s *sampler) count(ctx context.Context, ids []int64) {
+	counts := make(map[int64]stateCount, len(ids))
+	for _, id := range ids {
+		c, err := s.cfg.Store.StateCounts(ctx, id)
+		if err != nil {
+			err = fmt.Errorf("orders by state unavailable: %w", err)
+		}
+		counts[id] = stateCount{counts: c, err: err}
+	}
+	s.counts = counts
+}

@@ -1,0 +1,261 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seckilldev/seckill/httpapi"
+)
+
+// openAPI is the part of the description the conformance tests read.
+type openAPI struct {
+	OpenAPI string                                 `json:"openapi"`
+	Paths   map[string]map[string]openAPIOperation `json:"paths"`
+	Comp    struct {
+		Schemas struct {
+			ErrorCode struct {
+				Enum     []string       `json:"enum"`
+				Statuses map[string]int `json:"x-statuses"`
+			} `json:"ErrorCode"`
+		} `json:"schemas"`
+	} `json:"components"`
+}
+
+type openAPIOperation struct {
+	OperationID string `json:"operationId"`
+	Responses   map[string]struct {
+		Codes []string `json:"x-error-codes"`
+	} `json:"responses"`
+}
+
+// loadOpenAPI fetches the description the server serves.
+func loadOpenAPI(t *testing.T, h http.Handler) (*openAPI, []byte) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/api/v1/openapi.json", nil))
+	if rec.Code != 200 || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("GET /api/v1/openapi.json: %d %s", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	var doc openAPI
+	if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
+		t.Fatalf("the description is not JSON: %v", err)
+	}
+	if doc.OpenAPI != "3.1.0" || len(doc.Paths) == 0 {
+		t.Fatalf("openapi %q with %d paths, want 3.1.0 and the API's paths", doc.OpenAPI, len(doc.Paths))
+	}
+	return &doc, rec.Body.Bytes()
+}
+
+// The description and the server agree on the routes and methods, on the
+// error codes and their statuses, and each declared error response names
+// codes of its status; every code the server has is declared somewhere.
+func TestOpenAPIDeclaresTheServer(t *testing.T) {
+	a := newFuzzAPI(t, sqliteURL(t))
+	// Every optional route on: the blocklist's admin API and /metrics.
+	full := httpapi.New(nil, fuzzToken, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil,
+		prometheus.NewRegistry(), httpapi.WithBlocklist(a.blocklist))
+	doc, _ := loadOpenAPI(t, full)
+
+	served := map[string][]string{}
+	for _, r := range full.Routes() {
+		served[r.Pattern] = r.Methods
+	}
+	declared := map[string][]string{}
+	for path, ops := range doc.Paths {
+		for m := range ops {
+			declared[path] = append(declared[path], strings.ToUpper(m))
+		}
+		slices.Sort(declared[path])
+	}
+	for path, methods := range served {
+		if !slices.Equal(methods, declared[path]) {
+			t.Errorf("%s: the server serves %v, the description declares %v", path, methods, declared[path])
+		}
+	}
+	for path, methods := range declared {
+		if _, ok := served[path]; !ok {
+			t.Errorf("%s %v: declared, not served", path, methods)
+		}
+	}
+
+	statuses := httpapi.ErrorStatuses()
+	if got := doc.Comp.Schemas.ErrorCode.Statuses; !maps.Equal(got, statuses) {
+		t.Errorf("ErrorCode x-statuses %v, the server's %v", got, statuses)
+	}
+	if enum := doc.Comp.Schemas.ErrorCode.Enum; !slices.Equal(enum, slices.Sorted(maps.Keys(statuses))) {
+		t.Errorf("ErrorCode enum %v, the server's codes %v", enum, slices.Sorted(maps.Keys(statuses)))
+	}
+	used := map[string]bool{}
+	for path, ops := range doc.Paths {
+		for m, op := range ops {
+			for s, resp := range op.Responses {
+				status, err := strconv.Atoi(s)
+				if err != nil || status < 200 || status > 599 {
+					t.Errorf("%s %s: response %q is not a status", m, path, s)
+					continue
+				}
+				if status < 400 && len(resp.Codes) > 0 || status >= 400 && len(resp.Codes) == 0 {
+					t.Errorf("%s %s %d: error codes %v", m, path, status, resp.Codes)
+				}
+				for _, c := range resp.Codes {
+					used[c] = true
+					if statuses[c] != status {
+						t.Errorf("%s %s %d declares %s, which the server answers with %d", m, path, status, c, statuses[c])
+					}
+				}
+			}
+		}
+	}
+	for c := range statuses {
+		// 405 answers a method a path does not serve: no operation has it.
+		if !used[c] && c != "method_not_allowed" {
+			t.Errorf("error code %s (%d) is declared by no operation", c, statuses[c])
+		}
+	}
+}
+
+// Every answer the server gives to a battery of requests on every route,
+// good and bad (ids, identities, bodies, content types, sizes, methods), is
+// declared by the description: its status on that operation, and its error
+// code among those of that status.
+func TestOpenAPIAnswers(t *testing.T) {
+	a := newFuzzAPI(t, sqliteURL(t))
+	srv := a.h.(*httpapi.Server)
+	doc, _ := loadOpenAPI(t, srv)
+	now := time.Now().UTC()
+	validBody := map[string]string{
+		"POST /api/v1/activities": fmt.Sprintf(`{"name":"probe","stock":3,"starts_at":%q,"ends_at":%q}`,
+			now.Add(-time.Minute).Format(time.RFC3339), now.Add(time.Hour).Format(time.RFC3339)),
+		"POST /api/v1/orders/{id}/pay": `{"payment_ref":"probe-1"}`,
+	}
+	ids := map[string][]string{
+		"{id}":   {strconv.FormatInt(a.open, 10), strconv.FormatInt(a.later, 10), strconv.FormatInt(a.ended, 10), "424242", "x"},
+		"{user}": {"5", "x"},
+	}
+	orderIDs := []string{a.orderStr, "549755813999", "x"}
+	if err := a.blocklist.Block(context.Background(), 7); err != nil {
+		t.Fatal(err)
+	}
+	identities := []map[string]string{
+		{}, {"X-User-ID": "1"}, {"X-User-ID": "2"}, {"X-User-ID": "7"}, {"X-User-ID": "abc"},
+		{"Authorization": "Bearer " + fuzzToken}, {"Authorization": "Bearer wrong"},
+	}
+	type probe struct {
+		target, body, contentType string
+		length                    int64 // declared, when the body is left out
+	}
+	seen := map[string]map[int]bool{} // operation -> statuses answered
+	check := func(method, pattern string, p probe, headers map[string]string) {
+		body := io.Reader(strings.NewReader(p.body))
+		req := httptest.NewRequest(method, p.target, body)
+		if p.length > 0 {
+			req.ContentLength = p.length
+		}
+		if p.contentType != "" {
+			req.Header.Set("Content-Type", p.contentType)
+		}
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		desc := fmt.Sprintf("%s %s %v body %.40q", method, p.target, headers, p.body)
+		var e struct{ Error struct{ Code string } }
+		_ = json.Unmarshal(rec.Body.Bytes(), &e)
+		op, ok := doc.Paths[pattern][strings.ToLower(method)]
+		if !ok {
+			if rec.Code != http.StatusMethodNotAllowed || e.Error.Code != "method_not_allowed" {
+				t.Errorf("%s: %d %s, want 405 method_not_allowed for an undeclared method", desc, rec.Code, e.Error.Code)
+			}
+			return
+		}
+		key := method + " " + pattern
+		if seen[key] == nil {
+			seen[key] = map[int]bool{}
+		}
+		seen[key][rec.Code] = true
+		resp, declared := op.Responses[strconv.Itoa(rec.Code)]
+		switch {
+		case !declared:
+			t.Errorf("%s: answered %d %s, which %s does not declare", desc, rec.Code, rec.Body.Bytes(), op.OperationID)
+		case rec.Code >= 400 && !slices.Contains(resp.Codes, e.Error.Code) && !(pattern == "/healthz" && rec.Code == 503):
+			t.Errorf("%s: answered %d with code %q; %s declares %v for it", desc, rec.Code, e.Error.Code, op.OperationID, resp.Codes)
+		}
+	}
+	for _, r := range srv.Routes() {
+		targets := []string{r.Pattern}
+		for param, values := range ids {
+			if strings.Contains(r.Pattern, param) {
+				targets = nil
+				vs := values
+				if strings.HasPrefix(r.Pattern, "/api/v1/orders/") {
+					vs = orderIDs
+				}
+				for _, v := range vs {
+					targets = append(targets, strings.Replace(r.Pattern, param, v, 1))
+				}
+			}
+		}
+		for _, method := range append(slices.Clone(r.Methods), "PATCH") {
+			for _, target := range targets {
+				probes := []probe{{target: target}}
+				if method != "GET" {
+					probes = append(probes,
+						probe{target: target, body: validBody[method+" "+r.Pattern], contentType: "application/json"},
+						probe{target: target, body: "{", contentType: "application/json"},
+						probe{target: target, body: `{"name":"x"}`, contentType: "text/plain"},
+						probe{target: target, contentType: "application/json", length: httpapi.DefaultMaxBody + 1})
+				} else {
+					probes = append(probes, probe{target: target, length: httpapi.DefaultMaxBody + 1})
+				}
+				for _, p := range probes {
+					for _, id := range identities {
+						check(method, r.Pattern, p, id)
+					}
+				}
+			}
+		}
+	}
+	// What the battery did not reach (a 500, a 429 without limits) is
+	// declared from the code; listed to keep the battery honest.
+	var unreached []string
+	for path, ops := range doc.Paths {
+		for m, op := range ops {
+			for s := range op.Responses {
+				status, _ := strconv.Atoi(s)
+				if k := strings.ToUpper(m) + " " + path; seen[k] != nil && !seen[k][status] {
+					unreached = append(unreached, fmt.Sprintf("%s %s", k, s))
+				}
+			}
+		}
+	}
+	slices.Sort(unreached)
+	t.Logf("declared, not reached by the battery: %s", strings.Join(unreached, ", "))
+	if len(seen) == 0 {
+		t.Fatal("no route probed")
+	}
+}
+
+// The description served is the embedded file, byte for byte, and valid
+// JSON with the API's error shape.
+func TestOpenAPIServed(t *testing.T) {
+	a := newFuzzAPI(t, sqliteURL(t))
+	_, b := loadOpenAPI(t, a.h)
+	if !bytes.Contains(b, []byte(`"#/components/schemas/Error"`)) {
+		t.Error("no Error schema referenced")
+	}
+}

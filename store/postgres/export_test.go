@@ -1,0 +1,10 @@
+package postgres
+
+import "context"
+
+// OpenAt opens the database at url migrated up to version only, as an
+// older seckill left it.
+func OpenAt(ctx context.Context, url, version string) (*Store, error) { return open(ctx, url, version) }
+
+// Chunk is the most requests one set of statements reads and writes.
+const Chunk = chunk
