@@ -194,11 +194,12 @@ type stream struct {
 // A stream with a backlog (its last read got all it asked for) gets
 // batches of MaxBatch, since each transaction costs round trips and a
 // commit whatever its size; and it gets Parallel of them a round, written
-// at once: in the database they take turns on the activity's lock, but the
-// next one is queued on the lock as soon as one commits, and each one's
-// Redis work (compensating, acknowledging) overlaps another's database
-// work. A read that gets less than it asked for ends the backlog: batches
-// go back to Batch, which bounds the wait of an order that arrives alone.
+// at once: in the database they take turns on the activity's lock (on
+// PostgreSQL only for their last step: see store/postgres), the next one
+// queued as soon as one commits, and each one's Redis work (compensating,
+// acknowledging) overlaps another's database work. A read that gets less
+// than it asked for ends the backlog: batches go back to Batch, which
+// bounds the wait of an order that arrives alone.
 func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker started")
 	sub := w.rdb.Subscribe(ctx, w.engine.WakeChannel())

@@ -316,15 +316,7 @@ const chunk = 1000
 
 // batch runs one ApplyOrders or FailOrders transaction (sqlstore.Batch).
 func (s *Store) batch(ctx context.Context, reqs []seckill.OrderRequest, op sqlstore.Op) ([]seckill.Outcome, error) {
-	return sqlstore.Batch(ctx, sqlstore.Batcher[*sql.Tx]{
-		Chunk:     chunk,
-		Retryable: retryable,
-		InTx:      func(fn func(*sql.Tx) error) error { return s.inTx(ctx, fn) },
-		Read: func(tx *sql.Tx, chunk []seckill.OrderRequest, need sqlstore.Need) (*sqlstore.Facts, error) {
-			return sqlstore.MySQL.ReadFacts(ctx, tx, chunk, need)
-		},
-		Write: func(tx *sql.Tx, p sqlstore.Plan) error { return write(ctx, tx, p) },
-	}, reqs, op)
+	return sqlstore.Batch(ctx, sqlstore.MySQL.SQLBatcher(ctx, chunk, retryable, s.inTx, write), reqs, op)
 }
 
 // inTx runs fn in a READ COMMITTED transaction: every statement reads what

@@ -8,6 +8,21 @@ import (
 	"github.com/seckilldev/seckill"
 )
 
+// SQLBatcher is the Batcher of an engine on database/sql, whose reads are
+// ReadFacts.
+func (d Dialect) SQLBatcher(ctx context.Context, chunk int, retryable func(error) bool,
+	inTx func(context.Context, func(*sql.Tx) error) error, write func(context.Context, *sql.Tx, Plan) error) Batcher[*sql.Tx] {
+	return Batcher[*sql.Tx]{
+		Chunk:     chunk,
+		Retryable: retryable,
+		InTx:      func(fn func(*sql.Tx) error) error { return inTx(ctx, fn) },
+		Read: func(tx *sql.Tx, chunk []seckill.OrderRequest, need Need) (*Facts, error) {
+			return d.ReadFacts(ctx, tx, chunk, need)
+		},
+		Write: func(tx *sql.Tx, p Plan) error { return write(ctx, tx, p) },
+	}
+}
+
 // ReadFacts locks the activities of reqs (unless need.Unlocked) and reads
 // what the database holds about reqs, as much as need says: the read of the
 // engines on database/sql (PostgreSQL pipelines its own). Each list is one
