@@ -655,20 +655,43 @@ func TestHostileInFlight(t *testing.T) {
 		"--max-in-flight", "2", "--read-timeout", "1m", "--no-worker")
 	id := h.createActivity(10, 0)
 	// Two admin bodies that do not come hold both slots (their handlers
-	// wait for them) until the clients hang up.
-	var slow []net.Conn
-	for range 2 {
+	// wait for them) until the clients hang up. A slow request that
+	// arrives while a probe below holds a slot is itself refused (its
+	// connection answers and closes): it is replaced until both slots are
+	// held by slow ones.
+	slow := make([]net.Conn, 2)
+	defer func() {
+		for _, c := range slow {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	dialSlow := func() net.Conn {
 		c, err := net.Dial("tcp", h.addr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
-		slow = append(slow, c)
 		fmt.Fprintf(c, "POST /api/v1/activities HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
 			"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{", h.token)
+		return c
+	}
+	answered := func(c net.Conn) bool {
+		_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+		n, _ := c.Read(make([]byte, 1))
+		return n > 0
 	}
 	var r reply
 	testenv.WaitFor(t, "503 overloaded", func() bool {
+		for i, c := range slow {
+			if c == nil || answered(c) {
+				if c != nil {
+					c.Close()
+				}
+				slow[i] = dialSlow()
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // their headers reach the handler
 		r = h.do("GET", fmt.Sprintf("/api/v1/activities/%d", id), nil, "")
 		return r.status == http.StatusServiceUnavailable
 	})
@@ -683,8 +706,9 @@ func TestHostileInFlight(t *testing.T) {
 	if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "1" {
 		t.Errorf("503 with Retry-After %q, want 1", resp.Header.Get("Retry-After"))
 	}
-	for _, c := range slow {
+	for i, c := range slow {
 		c.Close()
+		slow[i] = nil
 	}
 	testenv.WaitFor(t, "served again", func() bool { return h.grab(id, 1).status == http.StatusAccepted })
 }
