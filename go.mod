@@ -13,6 +13,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/rs/zerolog v1.28.0
+	github.com/seckilldev/seckill/internal/testenv v0.0.0-00010101000000-000000000000
 	github.com/seckilldev/seckill/lock v0.1.0
 	github.com/seckilldev/seckill/lock/goredis v0.1.0
 	github.com/seckilldev/seckill/lock/lockprom v0.1.0
@@ -61,8 +62,10 @@ require (
 )
 
 // The lock library is a module of its own (lock/, with its adapters and
-// collector), kept in this repository.
+// collector), kept in this repository; so are the test helpers
+// (internal/testenv), which the lock's tests share.
 replace (
+	github.com/seckilldev/seckill/internal/testenv => ./internal/testenv
 	github.com/seckilldev/seckill/lock => ./lock
 	github.com/seckilldev/seckill/lock/goredis => ./lock/goredis
 	github.com/seckilldev/seckill/lock/lockprom => ./lock/lockprom

@@ -8,13 +8,13 @@
 // redis-server on a free port when no Redis answers and the binary is there,
 // and stops it afterwards; runs go test -race -count=1 ./... (without -race
 // when cgo is off, since the race detector needs a C compiler) in the main
-// module and in each module nested in it (the lock library and its
-// adapters, which ./... does not reach; a package pattern inside one, such
-// as ./lock/tests/..., runs in that module), printing
-// go test's output as go test prints it (all of it with -v); and ends with
-// one summary: what was missing, how many tests were skipped for want of it,
-// and what to install or start. It exits with the first failing go test's
-// exit code.
+// module and in each module nested in it (the lock library, its adapters
+// and tests, and the test helpers of internal/testenv, which ./... does not
+// reach; a package pattern inside one, such as ./lock/tests/..., runs in
+// that module), printing go test's output as go test prints it (all of it
+// with -v); and ends with one summary: what was missing, how many tests
+// were skipped for want of it, and what to install or start. It exits with
+// the first failing go test's exit code.
 //
 // A plain go test ./... works too: it only lacks the summary, since go test
 // shows nothing of a passing package.
@@ -80,8 +80,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "testall: running without -race: %s\n", raceNote)
 	}
 	goArgs = append(goArgs, "-count=1")
-	// the main module, then the nested ones (the lock library): go test
-	// ./... does not cross into a module of its own
+	// the main module, then the nested ones (the lock library, the test
+	// helpers): go test ./... does not cross into a module of its own
 	flags, runs := plan(args, nestedModules(repoRoot()))
 	goArgs = append(goArgs, flags...)
 

@@ -16,8 +16,9 @@ type goRun struct {
 }
 
 // nestedModules lists, relative to root, the directories below it that hold
-// a go.mod of their own (the lock library and its adapters): go test ./...
-// in the main module does not reach them.
+// a go.mod of their own (the lock library and its adapters, the lock's
+// tests, the test helpers): go test ./... in the main module does not reach
+// them.
 func nestedModules(root string) []string {
 	var dirs []string
 	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {

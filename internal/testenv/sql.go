@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql" // driver for MySQLURL
+	_ "github.com/go-sql-driver/mysql" // driver for MySQLURL and MySQLDSN
 	_ "github.com/jackc/pgx/v5/stdlib" // driver for PostgresURL
 )
 
@@ -36,6 +36,21 @@ func PostgresURL(t testing.TB) string {
 // empty MySQL/MariaDB database that is dropped when the test ends.
 func MySQLURL(t testing.TB) string {
 	t.Helper()
+	return freshMySQL(t).String()
+}
+
+// MySQLDSN returns a go-sql-driver/mysql DSN of a fresh, empty MySQL or
+// MariaDB database that is dropped when the test ends: the form for code,
+// such as the lock's fencing recipes, that opens the driver itself.
+func MySQLDSN(t testing.TB) string {
+	t.Helper()
+	return mysqlDSN(freshMySQL(t))
+}
+
+// freshMySQL creates a database for MySQLURL and MySQLDSN and returns the
+// URL of SECKILL_TEST_MYSQL with its path pointing there.
+func freshMySQL(t testing.TB) *url.URL {
+	t.Helper()
 	base := env("SECKILL_TEST_MYSQL", DefaultMySQL)
 	u, err := url.Parse(base)
 	if err != nil {
@@ -48,9 +63,8 @@ func MySQLURL(t testing.TB) string {
 	if err != nil {
 		Missing(t, "mysql at %s: %v", base, err)
 	}
-	name := freshDatabase(t, admin, func(s string) string { return "`" + s + "`" })
-	u.Path = "/" + name
-	return u.String()
+	u.Path = "/" + freshDatabase(t, admin, func(s string) string { return "`" + s + "`" })
+	return u
 }
 
 // PingPostgres connects to the PostgreSQL database at rawURL.

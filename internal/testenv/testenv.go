@@ -1,10 +1,15 @@
 // Package testenv gives tests the real servers they need: the Redis,
 // PostgreSQL and MySQL of the machine (addresses overridable by environment
 // variables), fresh databases per test, and extra redis-server processes
-// (standalone or a Redis Cluster) started by the test itself.
+// (standalone, replicated with a Sentinel, or a Redis Cluster) started by
+// the test itself.
 //
 // A missing server skips the test on a developer's machine and fails it when
 // CI=true, so CI can never go green by skipping.
+//
+// It is a module of its own, required by seckill and by the lock's tests
+// (lock/tests) through replace directives: the lock's tests share it without
+// depending on the application.
 package testenv
 
 import (

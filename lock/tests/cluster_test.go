@@ -11,10 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/lock"
 	"github.com/seckilldev/seckill/lock/goredis"
 	"github.com/seckilldev/seckill/lock/rueidislock"
-	"github.com/seckilldev/seckill/lock/tests/internal/testenv"
 )
 
 // TestCluster runs the lock on a 3-master Redis Cluster with both clients:

@@ -14,10 +14,10 @@ import (
 	"github.com/redis/rueidis"
 	_ "modernc.org/sqlite"
 
+	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/lock"
 	"github.com/seckilldev/seckill/lock/goredis"
 	"github.com/seckilldev/seckill/lock/rueidislock"
-	"github.com/seckilldev/seckill/lock/tests/internal/testenv"
 )
 
 // The examples talk to the Redis on 127.0.0.1:6379 (SECKILL_TEST_REDIS

@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	_ "modernc.org/sqlite"
 
+	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/lock"
-	"github.com/seckilldev/seckill/lock/tests/internal/testenv"
 )
 
 // A counter is a resource that checks fencing tokens: holders of a lock

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/lock"
-	"github.com/seckilldev/seckill/lock/tests/internal/testenv"
 )
 
 // TestLineOrder: waiters of nine clients (processes) are given the lock in

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/lock"
-	"github.com/seckilldev/seckill/lock/tests/internal/testenv"
 )
 
 // exclusion checks mutual exclusion instead of assuming it: every holder

@@ -8,9 +8,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/lock"
 	"github.com/seckilldev/seckill/lock/goredis"
-	"github.com/seckilldev/seckill/lock/tests/internal/testenv"
 )
 
 // TestNestedHoldNeverShortens is the regression test of a safety bug: a
@@ -217,8 +217,8 @@ func TestContextEndsDuringAttempt(t *testing.T) {
 }
 
 // TestRedlockHungNode: one of five nodes hangs (SIGSTOP) and the go-redis
-// clients do not honour context deadlines (no ContextTimeoutEnabled): the
-// read timeout, 3 s, is longer than the lease. Redlock stops waiting for the
+// clients do not honour context deadlines (no ContextTimeoutEnabled): their
+// read timeout, 30 s, is longer than the lease. Redlock stops waiting for the
 // node after its own per-node timeout, so TryLock succeeds with the other
 // four; it used to wait for the hung node and fail, the validity elapsed.
 func TestRedlockHungNode(t *testing.T) {
@@ -227,7 +227,7 @@ func TestRedlockHungNode(t *testing.T) {
 	for range 5 {
 		s := testenv.StartRedis(t)
 		servers = append(servers, s)
-		c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, ReadTimeout: 30 * time.Second})
 		t.Cleanup(func() { c.Close() })
 		nodes = append(nodes, goredis.New(c))
 	}
@@ -245,8 +245,12 @@ func TestRedlockHungNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer servers[4].Signal(sigCont)
+	// A 10 s lease gives each node 1 s to answer (nodeTimeout): the hung
+	// node costs that much, and the four others answer within it even on
+	// a loaded machine (a 2 s lease gave them 200 ms, once too short for
+	// all five under -race with the machine's load above 4).
 	for i := range 3 {
-		l, err := c.TryLock(ctx, "x", lock.WithTTL(2*time.Second))
+		l, err := c.TryLock(ctx, "x", lock.WithTTL(10*time.Second))
 		if err != nil {
 			t.Fatalf("attempt %d with 4 of 5 nodes up: %v", i, err)
 		}

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/lock"
-	"github.com/seckilldev/seckill/lock/tests/internal/testenv"
 )
 
 // slots checks a semaphore instead of trusting it: at most permits holders

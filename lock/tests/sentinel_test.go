@@ -8,10 +8,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/lock"
 	"github.com/seckilldev/seckill/lock/goredis"
 	"github.com/seckilldev/seckill/lock/rueidislock"
-	"github.com/seckilldev/seckill/lock/tests/internal/testenv"
 )
 
 // TestSentinel runs the lock through Sentinel-aware clients (go-redis's

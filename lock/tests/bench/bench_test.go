@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seckilldev/seckill/lock/tests/internal/testenv"
+	"github.com/seckilldev/seckill/internal/testenv"
 )
 
 // The benchmarks need the Redis at SECKILL_TEST_REDIS (default
