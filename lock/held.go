@@ -12,7 +12,7 @@ import (
 type Lock struct {
 	c    *Client
 	name string
-	spec string    // what the hold is (see scripts/lib.lua)
+	spec string    // what the hold is (see scripts/core.lua)
 	keys [4]string // the lock, fence counter, waiters, waiters' requests
 	tok  string    // hold token: this acquisition and no other
 	lockConfig

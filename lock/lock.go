@@ -107,7 +107,7 @@ func (c *Client) Close() error {
 // redlock reports whether the client runs Redlock.
 func (c *Client) redlock() bool { return len(c.nodes) > 1 }
 
-// newLock prepares an acquisition of name with spec (see scripts/lib.lua);
+// newLock prepares an acquisition of name with spec (see scripts/core.lua);
 // it allocates little because it runs for every lock.
 func (c *Client) newLock(name, spec string, cfg lockConfig) *Lock {
 	l := &Lock{c: c, name: name, spec: spec, lockConfig: cfg}
@@ -137,7 +137,7 @@ var defaultLeaseArg = ms(DefaultLease)
 // lease.
 const minLease = 10 * time.Millisecond
 
-// mutexSpec returns the spec of a mutex acquisition (see scripts/lib.lua).
+// mutexSpec returns the spec of a mutex acquisition (see scripts/core.lua).
 func mutexSpec(cfg lockConfig) string {
 	switch {
 	case cfg.owner != "":

@@ -40,19 +40,27 @@ type script struct {
 	src, sha string
 }
 
-// newScript makes a script of lib.lua followed by body: a Redis script
-// cannot include another.
-func newScript(body string) *script {
-	src := libLua + "\n" + body
+// newScript makes a script of core.lua, fast (a fast path, may be empty),
+// lib.lua and body: a Redis script cannot include another. The fast path
+// comes before lib.lua so that the common cases do not pay for defining
+// its functions (see core.lua).
+func newScript(fast, body string) *script {
+	src := coreLua + "\n" + fast + "\n" + libLua + "\n" + body
 	sum := sha1.Sum([]byte(src))
 	return &script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
 var (
+	//go:embed scripts/core.lua
+	coreLua string
 	//go:embed scripts/lib.lua
 	libLua string
+	//go:embed scripts/acquire_fast.lua
+	acquireFastLua string
 	//go:embed scripts/acquire.lua
 	acquireLua string
+	//go:embed scripts/release_fast.lua
+	releaseFastLua string
 	//go:embed scripts/release.lua
 	releaseLua string
 	//go:embed scripts/cancel.lua
@@ -66,13 +74,13 @@ var (
 	//go:embed scripts/force.lua
 	forceLua string
 
-	acquireScript = newScript(acquireLua)
-	releaseScript = newScript(releaseLua)
-	cancelScript  = newScript(cancelLua)
-	extendScript  = newScript(extendLua)
-	ttlScript     = newScript(ttlLua)
-	inspectScript = newScript(inspectLua)
-	forceScript   = newScript(forceLua)
+	acquireScript = newScript(acquireFastLua, acquireLua)
+	releaseScript = newScript(releaseFastLua, releaseLua)
+	cancelScript  = newScript("", cancelLua)
+	extendScript  = newScript("", extendLua)
+	ttlScript     = newScript("", ttlLua)
+	inspectScript = newScript("", inspectLua)
+	forceScript   = newScript("", forceLua)
 )
 
 // run runs s on r: EVALSHA first, EVAL when the server does not know the
@@ -107,7 +115,7 @@ func hashTagged(name string) bool {
 	return j > 0
 }
 
-// Suffixes of a lock's other keys (see scripts/lib.lua). All keys of one
+// Suffixes of a lock's other keys (see scripts/core.lua). All keys of one
 // lock share its hash slot: a name that already carries a hash tag keeps
 // it, any other name becomes the tag (lock:{name}, lock:{name}:fence).
 const (

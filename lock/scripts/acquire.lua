@@ -1,11 +1,11 @@
--- acquire.lua: take a lock, or wait in line for it. (lib.lua comes first:
+-- acquire.lua: take a lock, or wait in line for it. (core.lua comes first:
 -- it describes the keys.)
 --
--- KEYS     K, F, Q, W (see lib.lua)
+-- KEYS     K, F, Q, W (see core.lua)
 -- ARGV[1]  hold token, unique per acquisition: the client id, '.', a
 --          sequence number
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  spec (see lib.lua; default 'p': a plain mutex)
+-- ARGV[3]  spec (see core.lua; default 'p': a plain mutex)
 -- ARGV[4]  '0' (default) just try; '1' wait in line when the lock is taken;
 --          '2' the same, from a waiter that may have been given the lock
 -- ARGV[5]  '0' for Redlock: no order, no grants, a release wakes the first
@@ -28,14 +28,8 @@
 
 local tok, lease, spec = ARGV[1], ARGV[2], ARGV[3] or 'p'
 
--- the uncontended plain mutex: one SET
+-- (acquire_fast.lua took the free and the plainly held plain mutex)
 local how = ARGV[4] or '0'
-if spec == 'p' and how ~= '2' and redis.call('exists', Q) == 0 and redis.call('set', K, tok, 'nx', 'px', lease) then
-	local token = fence()
-	redis.call('append', K, ' ' .. str(token))
-	return token
-end
-
 local wait, fifo = how ~= '0', ARGV[5] ~= '0'
 local ttl, chanbase, md = tonumber(ARGV[6]), ARGV[7], ARGV[8] or ''
 local strs = string.sub(spec, 1, 1) == 's' or how == '2'

@@ -1,7 +1,7 @@
 -- cancel.lua: a waiter gives up: leave the line, and release the lock if it
--- was given the lock meanwhile. (lib.lua comes first: it describes the keys.)
+-- was given the lock meanwhile. (core.lua comes first: it describes the keys.)
 --
--- KEYS     K, F, Q, W (see lib.lua)
+-- KEYS     K, F, Q, W (see core.lua)
 -- ARGV[1]  hold token
 -- ARGV[2]  '0' for Redlock, default '1'
 -- ARGV[3]  chanbase: the channel of a client is chanbase .. its id

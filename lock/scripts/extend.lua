@@ -1,8 +1,8 @@
 -- extend.lua: set the lease of a hold that still holds the lock. The lock's
 -- key then lives as long as its longest hold: extending one hold never
--- shortens another. (lib.lua comes first: it describes the keys.)
+-- shortens another. (core.lua comes first: it describes the keys.)
 --
--- KEYS[1]  K (see lib.lua)
+-- KEYS[1]  K (see core.lua)
 -- ARGV[1]  hold token
 -- ARGV[2]  lease in milliseconds, from now
 --

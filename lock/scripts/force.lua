@@ -1,8 +1,8 @@
 -- force.lua: an administrator's unlock: drop every hold of a lock, whoever
 -- holds it, and serve the waiters. The holders learn it at their next
--- renewal, which is refused. (lib.lua comes first: it describes the keys.)
+-- renewal, which is refused. (core.lua comes first: it describes the keys.)
 --
--- KEYS     K, F, Q, W (see lib.lua)
+-- KEYS     K, F, Q, W (see core.lua)
 -- ARGV[1]  '0' for Redlock (wake the first waiter instead), default '1'
 -- ARGV[2]  chanbase: the channel of a client is chanbase .. its id
 --

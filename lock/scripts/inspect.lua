@@ -1,7 +1,7 @@
--- inspect.lua: describe a lock, whoever holds it. (lib.lua comes first: it
--- describes the keys and the reply.)
+-- inspect.lua: describe a lock, whoever holds it. (core.lua and lib.lua
+-- come first: they describe the keys and the reply.)
 --
--- KEYS     K, F, Q, W (see lib.lua)
+-- KEYS     K, F, Q, W (see core.lua)
 --
 -- Returns describe's array of strings.
 

@@ -1,72 +1,7 @@
--- lib.lua: what the lock's scripts share. The lock prepends it to each of
--- them (a Redis script cannot include another).
---
--- Every script takes the keys of one lock name, all in one hash slot:
---
--- KEYS[1]  K, the lock. A plain mutex is a string: its hold token, a space,
---          its fencing token, and, when it was passed on within one client,
---          a space and how many times in a row (see promote). Every other lock is a hash with one field per
---          hold, named by the hold token (which contains a '.'; no other
---          field does), valued "<expiry ms> <fencing token> <x>[ <metadata>]"
---          where x is '-' for a mutex, the slot of a semaphore permit, 'r'
---          or 'w' for a read-write lock. Its other fields: k the kind ('s'
---          semaphore, 'rw' read-write lock, absent for a mutex), n the
---          permits of a semaphore, o the owner of a reentrant mutex, f the
---          fencing token its holds share, m its metadata. Each hold has its
---          own expiry, and the key expires with the last of them: a hold
---          never shortens another.
--- KEYS[2]  F, the fence counter: the last fencing token issued for the name.
--- KEYS[3]  Q, the waiters: a list of hold tokens, oldest first.
--- KEYS[4]  W, the waiters' requests: a hash from hold token to
---          "<deadline ms> <lease ms> <spec>", and from hold token .. ' m' to
---          its metadata. A waiter refreshes its deadline while it waits; one
---          whose deadline passed is gone, and skipped.
---
--- A spec says what a hold asks for: 'p' a plain mutex, 'h' a mutex with
--- metadata, 'o' .. owner a reentrant mutex, 's' .. permits a semaphore
--- permit, 'r' a read hold, 'w' a write hold.
---
--- Waiters get the lock in arrival order from whoever changes it (a release,
--- a cancelled wait, an acquisition that finds it free): the lock goes
--- straight to the waiter, which learns it from a message on its client's
--- channel, chanbase .. client id: "<hold token> <fencing token> <slot>". A
--- fencing token of 0 only wakes the waiter up (Redlock: no node can grant a
--- lock on its own).
-
-local K, F, Q, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-
--- str formats an integer exactly (tostring gives 14 digits on Redis < 7).
-local function str(n)
-	return string.format('%.0f', n)
-end
-
--- now returns the Redis clock in milliseconds.
-local function now()
-	local t = redis.call('time')
-	return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- fence issues the next token of this name: the counter plus one. A missing
--- counter (first use, expired, evicted, lost in a failover or a restart) is
--- started one second ahead of Redis TIME in microseconds, and lives for that
--- second only: the clock catches up with it as it expires. So tokens grow
--- with every acquisition (fewer than a million a second) while the counter
--- lives, whatever the clock does (Redis expires it by the same clock), and
--- grow across a restart of the counter as long as the Redis clock has not
--- gone back by more than the time since the last acquisition. After a
--- failover that lost the counter's last increments, they grow if the
--- failover took more than a second and the servers' clocks agree within
--- that margin. Tokens stay below 2^53: Lua numbers hold them exactly.
-local function fence()
-	local token = redis.call('incr', F)
-	if token == 1 then
-		local t = redis.call('time')
-		local s = (t[1] + 1) .. string.sub('00000' .. t[2], -6)
-		redis.call('set', F, s, 'px', 1000)
-		token = tonumber(s)
-	end
-	return token
-end
+-- lib.lua: what the lock's scripts share beyond core.lua. The lock
+-- prepends core.lua, then a script's fast path if it has one, then lib.lua
+-- to each of them (a Redis script cannot include another); core.lua
+-- describes the keys.
 
 -- kindof returns the kind of lock a spec asks for: 'm' mutex, 's'
 -- semaphore, 'rw' read-write lock.
@@ -174,14 +109,16 @@ end
 -- promote).
 local function add(st, tok, lease, spec, md, t, streak)
 	local c = string.sub(spec, 1, 1)
-	if c == 'p' then
-		local token = fence()
-		local v = tok .. ' ' .. str(token)
-		if streak and streak > 0 then
-			v = v .. ' ' .. streak
+	if st.stale then
+		-- the released plain mutex, still in K: a plain hold overwrites it
+		st.stale = nil
+		if c ~= 'p' then
+			redis.call('del', K)
 		end
-		redis.call('set', K, v, 'px', lease)
-		st.kind, st.n, st.plain, st.token, st.streak = 'm', 1, tok, str(token), streak or 0
+	end
+	if c == 'p' then
+		local token, s = hold(tok, lease, streak)
+		st.kind, st.n, st.plain, st.token, st.streak = 'm', 1, tok, s, streak or 0
 		return token, 0
 	end
 	local new = st.n == 0
@@ -272,29 +209,6 @@ local function dequeue(tok)
 	end
 end
 
--- enqueue adds tok at the end of the waiters, or, if it waits already,
--- refreshes its deadline: ttl ms from t.
-local function enqueue(tok, t, ttl, lease, spec, md)
-	if redis.call('hset', W, tok, str(t + ttl) .. ' ' .. lease .. ' ' .. spec) == 1 then
-		redis.call('rpush', Q, tok)
-	end
-	if md ~= '' then
-		redis.call('hset', W, tok .. ' m', md)
-	end
-	for _, k in ipairs({Q, W}) do
-		if redis.call('pttl', k) < ttl then
-			redis.call('pexpire', k, ttl)
-		end
-	end
-end
-
--- notify tells the client of waiter tok that it got the lock (or, with a
--- token of 0, to try again).
-local function notify(chanbase, tok, token, slot)
-	local id = string.sub(tok, 1, string.find(tok, '.', 1, true) - 1)
-	redis.call('publish', chanbase .. id, tok .. ' ' .. str(token) .. ' ' .. slot)
-end
-
 -- full reports whether no waiter of any spec can get the lock now.
 local function full(st)
 	if st.n == 0 then
@@ -307,25 +221,6 @@ local function full(st)
 	return true -- a mutex: its reentrant owner does not wait in line
 end
 
--- streakMax bounds how many times in a row a plain mutex goes to a waiter of
--- the client that releases it, ahead of older waiters of other clients.
-local streakMax = 8
-
--- waiterOf returns the first waiter of client id for a plain mutex, still
--- there, among the first 64 of the line.
-local function waiterOf(id, t)
-	for _, tok in ipairs(redis.call('lrange', Q, 0, 63)) do
-		if string.sub(tok, 1, #id + 1) == id .. '.' then
-			local e = redis.call('hget', W, tok)
-			local d, lease, spec = string.match(e or '', '^(%d+) (%d+) (.*)$')
-			if spec == 'p' and tonumber(d) > t then
-				return tok, lease, spec
-			end
-		end
-	end
-	return nil
-end
-
 -- promote gives the lock to the waiters at the head of the line, in order,
 -- while they fit, and tells them. If waiter me is among them it is not
 -- told: promote returns its fencing token and slot.
@@ -336,12 +231,12 @@ end
 -- quicker than waking another process (the releasing process runs; another
 -- may have to be scheduled), and the bound keeps the line fair: a waiter
 -- waits for at most streakMax holds of each client ahead of it.
-local function promote(st, t, chanbase, me, from)
+local function promote(st, t, chanbase, me, from, first)
 	local mine, myslot
 	while not full(st) do
 		local h, lease, spec, streak
 		if from and (st.streak or 0) < streakMax then
-			h, lease, spec = waiterOf(from, t)
+			h, lease, spec = waiterOf(from, t, first)
 			streak = (st.streak or 0) + 1
 		end
 		if h then
@@ -354,13 +249,20 @@ local function promote(st, t, chanbase, me, from)
 			redis.call('lpop', Q)
 			streak = 0
 		end
-		local md = redis.call('hget', W, h .. ' m') or ''
-		redis.call('hdel', W, h, h .. ' m')
+		local md = ''
+		if spec == 'p' then
+			redis.call('hdel', W, h) -- a plain mutex has no metadata (that is 'h')
+		else
+			md = redis.call('hget', W, h .. ' m') or ''
+			redis.call('hdel', W, h, h .. ' m')
+		end
 		local token, slot = add(st, h, lease, spec, md, t, streak)
 		if h == me then
 			mine, myslot = token, slot
+		elseif spec == 'p' then
+			notify(chanbase, h, st.token, slot) -- add formatted it
 		else
-			notify(chanbase, h, token, slot)
+			notify(chanbase, h, str(token), slot)
 		end
 		from = nil
 	end
@@ -372,17 +274,24 @@ end
 -- (Redlock) it wakes the first waiter of a free lock instead. t may be nil:
 -- the time is read only if someone waits.
 local function serve(st, t, fifo, chanbase, from)
-	if redis.call('exists', Q) == 0 then
+	local first
+	if fifo and from then
+		-- whether anyone waits, and where the client's first waiter is
+		first = redis.call('lrange', Q, 0, 7)
+		if #first == 0 then
+			return
+		end
+	elseif redis.call('exists', Q) == 0 then
 		return
 	end
 	t = t or now()
 	if fifo then
-		promote(st, t, chanbase, nil, from)
+		promote(st, t, chanbase, nil, from, first)
 	elseif st.n == 0 then
 		local h = head(t)
 		if h then
 			dequeue(h)
-			notify(chanbase, h, 0, 0)
+			notify(chanbase, h, '0', 0)
 		end
 	end
 end

@@ -1,7 +1,7 @@
 -- release.lua: drop one hold, and give the lock to the waiters that fit.
--- (lib.lua comes first: it describes the keys.)
+-- (core.lua comes first: it describes the keys.)
 --
--- KEYS     K, F, Q, W (see lib.lua)
+-- KEYS     K, F, Q, W (see core.lua)
 -- ARGV[1]  hold token
 -- ARGV[2]  '0' for Redlock (wake the first waiter instead), default '1'
 -- ARGV[3]  chanbase: the channel of a client is chanbase .. its id
@@ -17,11 +17,15 @@ if type(v) == 'string' then
 	if string.sub(v, 1, #tok + 1) ~= tok .. ' ' then
 		return 0
 	end
-	redis.call('del', K)
 	local streak = string.match(v, '^%S+ %d+ (%d+)$') -- a local: gopher-lua's match returns nothing
 	streak = tonumber(streak) or 0
 	local from = string.sub(tok, 1, string.find(tok, '.', 1, true) - 1)
-	serve({n = 0, live = {}, writers = 0, used = {}, streak = streak}, nil, ARGV[2] ~= '0', ARGV[3], from)
+	-- released, though K keeps it until a waiter's hold replaces it (see add)
+	local st = {n = 0, live = {}, writers = 0, used = {}, streak = streak, stale = true}
+	serve(st, nil, ARGV[2] ~= '0', ARGV[3], from)
+	if st.stale then
+		redis.call('del', K)
+	end
 	return 1
 end
 local t = now()

@@ -1,7 +1,7 @@
--- ttl.lua: the lease left of a hold that still holds the lock. (lib.lua
+-- ttl.lua: the lease left of a hold that still holds the lock. (core.lua
 -- comes first: it describes the keys.)
 --
--- KEYS[1]  K (see lib.lua)
+-- KEYS[1]  K (see core.lua)
 -- ARGV[1]  hold token
 --
 -- Returns the lease left in ms, or -3 when not held.

@@ -1,0 +1,145 @@
+-- core.lua: what every script of the lock starts with: its keys, and the
+-- functions of the common case, a contended plain mutex. The lock prepends
+-- core.lua, then the script's fast path if it has one, then lib.lua, to
+-- each script (a Redis script cannot include another). Each function a
+-- script defines costs every run of it, called or not (lib.lua's cost as
+-- much as five Redis calls), so the fast paths return before lib.lua.
+--
+-- Every script takes the keys of one lock name, all in one hash slot:
+--
+-- KEYS[1]  K, the lock. A plain mutex is a string: its hold token, a space,
+--          its fencing token, and, when it was passed on within one client,
+--          a space and how many times in a row (see promote in lib.lua).
+--          Every other lock is a hash with one field per hold, named by
+--          the hold token (which contains a '.'; no other field does),
+--          valued "<expiry ms> <fencing token> <x>[ <metadata>]"
+--          where x is '-' for a mutex, the slot of a semaphore permit, 'r'
+--          or 'w' for a read-write lock. Its other fields: k the kind ('s'
+--          semaphore, 'rw' read-write lock, absent for a mutex), n the
+--          permits of a semaphore, o the owner of a reentrant mutex, f the
+--          fencing token its holds share, m its metadata. Each hold has its
+--          own expiry, and the key expires with the last of them: a hold
+--          never shortens another.
+-- KEYS[2]  F, the fence counter: the last fencing token issued for the name.
+-- KEYS[3]  Q, the waiters: a list of hold tokens, oldest first.
+-- KEYS[4]  W, the waiters' requests: a hash from hold token to
+--          "<deadline ms> <lease ms> <spec>", and from hold token .. ' m' to
+--          its metadata. A waiter refreshes its deadline while it waits; one
+--          whose deadline passed is gone, and skipped.
+--
+-- A spec says what a hold asks for: 'p' a plain mutex, 'h' a mutex with
+-- metadata, 'o' .. owner a reentrant mutex, 's' .. permits a semaphore
+-- permit, 'r' a read hold, 'w' a write hold.
+--
+-- Waiters get the lock in arrival order from whoever changes it (a release,
+-- a cancelled wait, an acquisition that finds it free): the lock goes
+-- straight to the waiter, which learns it from a message on its client's
+-- channel, chanbase .. client id: "<hold token> <fencing token> <slot>". A
+-- fencing token of 0 only wakes the waiter up (Redlock: no node can grant a
+-- lock on its own).
+
+local K, F, Q, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+
+-- str formats an integer exactly (tostring gives 14 digits on Redis < 7).
+local function str(n)
+	return string.format('%.0f', n)
+end
+
+-- now returns the Redis clock in milliseconds.
+local function now()
+	local t = redis.call('time')
+	return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- fence issues the next token of this name: the counter plus one. A missing
+-- counter (first use, expired, evicted, lost in a failover or a restart) is
+-- started one second ahead of Redis TIME in microseconds, and lives for that
+-- second only: the clock catches up with it as it expires. So tokens grow
+-- with every acquisition (fewer than a million a second) while the counter
+-- lives, whatever the clock does (Redis expires it by the same clock), and
+-- grow across a restart of the counter as long as the Redis clock has not
+-- gone back by more than the time since the last acquisition. After a
+-- failover that lost the counter's last increments, they grow if the
+-- failover took more than a second and the servers' clocks agree within
+-- that margin. Tokens stay below 2^53: Lua numbers hold them exactly.
+local function fence()
+	local token = redis.call('incr', F)
+	if token == 1 then
+		local t = redis.call('time')
+		local s = (t[1] + 1) .. string.sub('00000' .. t[2], -6)
+		redis.call('set', F, s, 'px', 1000)
+		token = tonumber(s)
+	end
+	return token
+end
+
+-- hold sets K to the plain hold tok for lease ms, with the next fencing
+-- token (streak: see promote in lib.lua), and returns the token and its
+-- string.
+local function hold(tok, lease, streak)
+	local token = fence()
+	local s = str(token)
+	local v = tok .. ' ' .. s
+	if streak and streak > 0 then
+		v = v .. ' ' .. streak
+	end
+	redis.call('set', K, v, 'px', lease)
+	return token, s
+end
+
+-- enqueue adds tok at the end of the waiters, or, if it waits already,
+-- refreshes its deadline: ttl ms from t.
+--
+-- The keys of the line outlive every deadline, and Q outlives W: a new Q,
+-- and both keys when W has less than ttl left, get twice ttl. So one PTTL
+-- (of W) is all most calls (one per contended acquisition) spend on it.
+local function enqueue(tok, t, ttl, lease, spec, md)
+	if redis.call('hset', W, tok, str(t + ttl) .. ' ' .. lease .. ' ' .. spec) == 1
+		and redis.call('rpush', Q, tok) == 1 then
+		redis.call('pexpire', Q, 2 * ttl)
+	end
+	if md ~= '' then
+		redis.call('hset', W, tok .. ' m', md)
+	end
+	if redis.call('pttl', W) < ttl then
+		redis.call('pexpire', W, 2 * ttl)
+		redis.call('pexpire', Q, 2 * ttl)
+	end
+end
+
+-- notify tells the client of waiter tok that it got the lock (or, with a
+-- token of '0', to try again). token is a string (see str).
+local function notify(chanbase, tok, token, slot)
+	local id = string.sub(tok, 1, string.find(tok, '.', 1, true) - 1)
+	redis.call('publish', chanbase .. id, tok .. ' ' .. token .. ' ' .. slot)
+end
+
+-- streakMax bounds how many times in a row a plain mutex goes to a waiter of
+-- the client that releases it, ahead of older waiters of other clients.
+local streakMax = 8
+
+-- waiterOf returns the first waiter of client id for a plain mutex, still
+-- there, among the first 64 of the line. It reads the first 8 before the
+-- others: the client's first waiter is usually among them (a line of 8
+-- clients' waiters, or of one client's), and every entry read costs.
+-- first, when given, holds the first 8 (see serve).
+local function waiterOf(id, t, first)
+	local pre = id .. '.'
+	local function find(toks)
+		for _, tok in ipairs(toks) do
+			if string.sub(tok, 1, #pre) == pre then
+				local e = redis.call('hget', W, tok)
+				local d, lease, spec = string.match(e or '', '^(%d+) (%d+) (.*)$')
+				if spec == 'p' and tonumber(d) > t then
+					return tok, lease, spec
+				end
+			end
+		end
+	end
+	first = first or redis.call('lrange', Q, 0, 7)
+	local h, lease, spec = find(first)
+	if h or #first < 8 then
+		return h, lease, spec
+	end
+	return find(redis.call('lrange', Q, 8, 63))
+end

@@ -1,0 +1,43 @@
+-- release_fast.lua: release.lua's common cases, a plain mutex released to
+-- nobody or handed to a plain waiter, as promote in lib.lua would. It runs
+-- before lib.lua (see core.lua), and leaves every other case to
+-- release.lua, which describes the arguments and the reply: it writes
+-- nothing before it knows it can finish.
+do
+	local tok, chanbase = ARGV[1], ARGV[3]
+	local v = redis.pcall('get', K)
+	if ARGV[2] ~= '0' and type(v) == 'string' then
+		if string.sub(v, 1, #tok + 1) ~= tok .. ' ' then
+			return 0
+		end
+		local first = redis.call('lrange', Q, 0, 7)
+		if #first == 0 then
+			redis.call('del', K)
+			return 1
+		end
+		local t = now()
+		local streak = string.match(v, '^%S+ %d+ (%d+)$') -- a local: gopher-lua's match returns nothing
+		streak = tonumber(streak) or 0
+		local h, lease
+		if streak < streakMax then
+			h, lease = waiterOf(string.sub(tok, 1, string.find(tok, '.', 1, true) - 1), t, first)
+		end
+		if h then
+			redis.call('lrem', Q, 1, h)
+			streak = streak + 1
+		else
+			-- the head of the line, when it is a plain waiter still there
+			local d, l, spec = string.match(redis.call('hget', W, first[1]) or '', '^(%d+) (%d+) (.*)$')
+			if spec == 'p' and tonumber(d) > t then
+				h, lease, streak = first[1], l, 0
+				redis.call('lpop', Q)
+			end
+		end
+		if h then
+			redis.call('hdel', W, h) -- a plain waiter has no metadata
+			local _, s = hold(h, lease, streak)
+			notify(chanbase, h, s, 0)
+			return 1
+		end
+	end
+end
