@@ -24,7 +24,8 @@ commands:
   serve    run the HTTP API and the order worker
   worker   run the order worker alone
   demo     run a whole sale on embedded defaults and verify it
-  bench    load-test a service and verify it; --baseline, --compare
+  bench    load-test a service and verify it; --baseline (ratios to a trivial
+           handler, measured with wrk when it is installed), --compare
   soak     a long run across API and worker processes with kills and pauses, verified
   token    mint bearer tokens (HS256) for a service run with --identity jwt
   help     show this text
