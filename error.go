@@ -45,11 +45,10 @@ func Errorf(code, format string, args ...any) *Error {
 // ErrorCode returns the code of the *Error in err's chain, EINTERNAL for any
 // other error, and "" for nil.
 func ErrorCode(err error) string {
-	var e *Error
-	switch {
-	case err == nil:
+	if err == nil {
 		return ""
-	case errors.As(err, &e):
+	}
+	if e := asError(err); e != nil {
 		return e.Code
 	}
 	return EINTERNAL
@@ -58,9 +57,21 @@ func ErrorCode(err error) string {
 // ErrorMessage returns the message of the *Error in err's chain, or a generic
 // message that reveals nothing of an internal error.
 func ErrorMessage(err error) string {
-	var e *Error
-	if errors.As(err, &e) {
+	if e := asError(err); e != nil {
 		return e.Message
 	}
 	return "internal error"
+}
+
+// asError returns the *Error in err's chain, or nil. An *Error itself, the
+// common case (every answer after a sell-out is one), is found without
+// errors.As, which costs more than the rest of writing the answer.
+func asError(err error) *Error {
+	if e, ok := err.(*Error); ok {
+		return e
+	}
+	if e, ok := errors.AsType[*Error](err); ok {
+		return e
+	}
+	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/seckilldev/seckill/httpapi"
+	"github.com/seckilldev/seckill/internal/lazyconn"
 	"github.com/seckilldev/seckill/sale"
 	"github.com/seckilldev/seckill/stock"
 	"github.com/seckilldev/seckill/worker"
@@ -115,10 +116,12 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 		_, _ = rand.Read(b)
 		c.adminToken = hex.EncodeToString(b)
 	}
-	ln, err := net.Listen("tcp", c.listen)
+	tcp, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return usagef("--listen: %v", err)
 	}
+	// The server's timeouts, applied lazily: see package lazyconn.
+	ln := lazyconn.Listen(tcp, 0)
 	defer ln.Close()
 
 	bk, err := c.backend.open(ctx, log)
