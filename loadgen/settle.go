@@ -157,13 +157,23 @@ func (s *settler) settle(ctx context.Context, uid, oid int64, action string) {
 		err    error
 	}
 	answers := make([]answer, s.cfg.Clicks)
+	// A click that got no answer, or a 5xx, is clicked again until the
+	// deadline, as a buyer's app would: pay and cancel are idempotent (the
+	// order id is the key), so the answer it then gets is the first one's.
+	deadline = time.Now().Add(s.cfg.Confirm)
 	var wg sync.WaitGroup
 	for i := range answers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			a := &answers[i]
-			a.status, a.body, a.err = s.do(ctx, "POST", path+"/"+action, uid, body)
+			for {
+				a.status, a.body, a.err = s.do(ctx, "POST", path+"/"+action, uid, body)
+				if a.err == nil && a.status < 500 || time.Now().After(deadline) || ctx.Err() != nil {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
 		}()
 	}
 	wg.Wait()

@@ -2,6 +2,7 @@ package sale
 
 import (
 	"context"
+	"errors"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -107,6 +108,12 @@ func (s *Service) notInDB(ctx context.Context, oid, uid int64, code, verb string
 func (s *Service) storeErr(what string, id int64, err error) error {
 	if err == nil || seckill.ErrorCode(err) != seckill.EINTERNAL {
 		return err
+	}
+	if errors.Is(err, context.Canceled) {
+		// The client went away before the database answered: nothing is
+		// wrong with the database, and a repeated call (pay and cancel are
+		// idempotent) gets the order's state.
+		return seckill.Errorf(seckill.EUNAVAILABLE, "the request was cancelled")
 	}
 	s.log.Error(what, "id", id, "err", err)
 	return seckill.Errorf(seckill.EUNAVAILABLE, "the database cannot be reached right now")

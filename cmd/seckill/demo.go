@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/seckilldev/seckill/check"
@@ -94,6 +95,9 @@ type demoReport struct {
 }
 
 func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error {
+	// The countdown, the crowd's progress, the service's log and the demo
+	// itself all write to stderr, from their own goroutines.
+	stderr = &lockedWriter{w: stderr}
 	say := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
 	if c.redisURL == "" {
 		url, stop, err := startEmbeddedRedis()
@@ -277,4 +281,17 @@ func countdown(ctx context.Context, startsAt time.Time, w io.Writer) {
 		case <-time.After(step):
 		}
 	}
+}
+
+// lockedWriter serialises the writes of several goroutines to one writer
+// (an *os.File needs none, but runDemo takes any io.Writer).
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
