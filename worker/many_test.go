@@ -226,10 +226,10 @@ func TestDrain(t *testing.T) {
 	}
 }
 
-// TestRetire: 200 activities sell and end, in two waves of 100; after each
-// no key of theirs is left in Redis and every order is in the database; and
-// Redis' memory after the second wave is what it was after the first (the
-// first leaves one-time growth: the keyspace's tables, cached scripts).
+// TestRetire: 300 activities sell and end, in three waves of 100; after
+// each no key of theirs is left in Redis and every order is in the
+// database; and Redis' memory does not grow wave after wave (the first
+// leaves one-time growth: the keyspace's tables, cached scripts).
 func TestRetire(t *testing.T) {
 	server := testenv.StartRedis(t)
 	admin := redis.NewClient(&redis.Options{Addr: server.Addr})
@@ -253,7 +253,7 @@ func TestRetire(t *testing.T) {
 	w := s.worker(Config{Consumer: "w", Retain: time.Millisecond, Discover: 50 * time.Millisecond})
 	start(t, w)
 	var mem []int64
-	for wave := range 2 {
+	for wave := range 3 {
 		acts := s.open(t, 100, 5, 3*time.Second)
 		var ids []int64
 		for i, a := range acts {
@@ -282,9 +282,12 @@ func TestRetire(t *testing.T) {
 	}
 	t.Logf("redis used_memory_dataset after each wave of 100 sales retired: %v bytes", mem)
 	// Seen here: 645,368 then 670,056 bytes, flat in later waves (steps of
-	// the server's own tables); a leak of 640 bytes a sale would exceed this.
-	if mem[1] > mem[0]+64<<10 {
-		t.Errorf("redis memory grew by %d bytes with the second wave of retired sales, want (nearly) none", mem[1]-mem[0])
+	// the server's own tables), and once, with the machine loaded by two
+	// test suites, 70 KB more after the second wave. A leak of 640 bytes a
+	// sale grows every wave by 64 KB or more: only growth in both later
+	// waves is one.
+	if grew := min(mem[1]-mem[0], mem[2]-mem[1]); grew > 64<<10 {
+		t.Errorf("redis memory grew by %d bytes or more with each wave of retired sales, want (nearly) none", grew)
 	}
 }
 
