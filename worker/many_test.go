@@ -1,14 +1,15 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,6 +32,19 @@ type sales struct {
 	wClient  *redis.Client
 	commands *rediscount.Counter
 	acts     []seckill.Activity
+	log      *slog.Logger // the workers' log, printed if the test fails
+}
+
+// failLog is a log kept in memory and printed if the test fails.
+type failLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *failLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
 }
 
 func newSales(t *testing.T, n int, stockN int64, ends time.Duration) *sales {
@@ -55,7 +69,16 @@ func newSalesAt(t *testing.T, addr string, n int, stockN int64, ends time.Durati
 	t.Cleanup(func() { wClient.Close() })
 	c := &rediscount.Counter{}
 	wClient.AddHook(c)
-	s := &sales{store: st, api: api, wEngine: stock.New(wClient, stock.Config{Prefix: prefix}), wClient: wClient, commands: c}
+	fl := &failLog{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			fl.mu.Lock()
+			t.Logf("the workers' log:\n%s", fl.buf.String())
+			fl.mu.Unlock()
+		}
+	})
+	s := &sales{store: st, api: api, wEngine: stock.New(wClient, stock.Config{Prefix: prefix}), wClient: wClient, commands: c,
+		log: slog.New(slog.NewTextHandler(fl, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	t.Cleanup(s.wEngine.Close)
 	s.open(t, n, stockN, ends)
 	return s
@@ -81,7 +104,7 @@ func (s *sales) open(t *testing.T, n int, stockN int64, ends time.Duration) []se
 }
 
 func (s *sales) worker(cfg Config) *Worker {
-	return New(s.store, s.wEngine, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	return New(s.store, s.wEngine, cfg, s.log, nil)
 }
 
 // start runs w until the test ends.
