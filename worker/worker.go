@@ -934,7 +934,8 @@ func transient(err error) bool {
 	s := strings.ToLower(err.Error())
 	for _, m := range []string{"connection refused", "connection reset", "broken pipe", "i/o timeout",
 		"eof", "no such host", "server closed", "bad connection", "too many connections", "driver: bad",
-		"shutting down", "loading", "closed pool", "network is unreachable", "timeout"} {
+		"shutting down", "loading", "closed pool", "network is unreachable", "timeout",
+		"sqlite_busy", "database is locked"} { // SQLite: another writer held the lock past the busy timeout
 		if strings.Contains(s, m) {
 			return true
 		}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -223,5 +224,26 @@ func TestSoldOutInDatabase(t *testing.T) {
 	}
 	if n, _ := f.engine.Remaining(context.Background(), f.act.ID); n != 2 {
 		t.Errorf("redis remaining: got %d, want 2 (given back)", n)
+	}
+}
+
+// TestTransient: the errors the worker retries without end are those of a
+// connection or of a lock that another writer held, never a refusal of the
+// request itself.
+func TestTransient(t *testing.T) {
+	for _, c := range []struct {
+		err  string
+		want bool
+	}{
+		{"dial tcp 127.0.0.1:5432: connect: connection refused", true},
+		{"write: broken pipe", true},
+		{"Error 1205 (HY000): Lock wait timeout exceeded; try restarting transaction", true},
+		{"sqlite: apply orders: database is locked (5) (SQLITE_BUSY)", true},
+		{`ERROR: duplicate key value violates unique constraint "orders_pkey" (SQLSTATE 23505)`, false},
+		{"sqlite: constraint failed: UNIQUE constraint failed: orders.id (1555)", false},
+	} {
+		if got := transient(errors.New(c.err)); got != c.want {
+			t.Errorf("transient(%q) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
