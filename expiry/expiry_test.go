@@ -670,7 +670,10 @@ func TestRedisHalfDown(t *testing.T) {
 			t.Fatalf("%d returns pending while the redis half fails, want 4", n)
 		}
 		down.Store(false)
-		testenv.WaitFor(t, "the returns are repaired", func() bool { return len(e.pending()) == 0 })
+		// The repair records the returns, then counts them: wait for both.
+		testenv.WaitFor(t, "the returns are repaired", func() bool {
+			return len(e.pending()) == 0 && value(j.m.Repaired) >= 1
+		})
 		if n := value(j.m.Repaired); n < 1 || n > 4 {
 			t.Errorf("%v returns repaired, want 1 to 4", n)
 		}

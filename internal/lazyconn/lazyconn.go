@@ -185,14 +185,15 @@ func (c *Conn) set(d *deadline, t time.Time, apply func(time.Time) error) error 
 func (c *Conn) expire(now int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, d := range []struct {
-		d     *deadline
-		apply func(time.Time) error
-	}{{&c.read, c.Conn.SetReadDeadline}, {&c.write, c.Conn.SetWriteDeadline}} {
-		if d.d.at != 0 && d.d.at <= now {
-			_ = d.apply(time.Unix(0, d.d.at))
-			d.d.at, d.d.past = 0, true
-		}
+	c.read.expire(now, c.Conn.SetReadDeadline)
+	c.write.expire(now, c.Conn.SetWriteDeadline)
+}
+
+// expire applies d with apply if it passed by now.
+func (d *deadline) expire(now int64, apply func(time.Time) error) {
+	if d.at != 0 && d.at <= now {
+		_ = apply(time.Unix(0, d.at))
+		d.at, d.past = 0, true
 	}
 }
 
