@@ -37,13 +37,25 @@
 // Waiters wait in line in Redis, whichever process they are in, and are
 // given the lock in arrival order by the release (or by whoever finds the
 // lock free: a holder that died), without the lock ever being free in
-// between. (A client that releases a plain mutex passes it to its own first
-// waiter up to 8 times in a row before the head of the line gets it: waking
-// a goroutine of a running process is quicker than waking another process.) The waiter's client learns it from one message on a channel of
-// its own; no other waiter wakes up. A contended lock thus costs about two
-// round trips per acquisition: one to join the line, one to release. A
-// waiter refreshes its place while it waits; one that is gone (it stopped
-// refreshing) is skipped after three refresh periods (10 s at most).
+// between. The waiter's client learns it from one message on a channel of
+// its own; no other waiter wakes up. A waiter refreshes its place while it
+// waits; one that is gone (it stopped refreshing) is skipped after three
+// refresh periods (10 s at most).
+//
+// Within one client, goroutines that Lock the same plain mutex with the
+// same lease under a watchdog (the defaults) and no WithRetry form a cohort:
+// one of them waits in the Redis line for all, and a hold unlocked while
+// another of them waits is passed on to it in-process, without Redis, up to
+// 16 times in a row; then the lock goes to another client's waiter first.
+// So a waiter waits for at most 17 holds of each client ahead of it, and a
+// contended lock costs two round trips (join the line, release) per visit
+// of a client, shared by up to 17 acquisitions: with 8 processes of 8
+// goroutines on one key, 0.12 scripts per acquisition. A hold passed on
+// keeps the lease as it stands (renewed first when less than a third is
+// left) and gets a fencing token of its own (see below). Other holds (a
+// fixed lease, metadata, a reentrant owner, semaphores, read-write locks,
+// Redlock) each wait in the Redis line, where a release passes a plain
+// mutex to the releasing client's first waiter up to 8 times in a row.
 //
 // # Keys
 //
@@ -58,7 +70,9 @@
 // # Fencing tokens
 //
 // Every acquisition returns a token (Lock.Token) larger than that of every
-// earlier holder of the name. The protected resource keeps the largest token
+// earlier holder of the name. Tokens are not consecutive: a plain mutex
+// taken by Lock on one Redis reserves 17 at once, for the holds its cohort
+// passes it on to. The protected resource keeps the largest token
 // it has seen and refuses a lower one; a holder that paused past its lease
 // is refused instead of overwriting a newer holder's work.
 //

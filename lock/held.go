@@ -22,6 +22,8 @@ type Lock struct {
 	slot     int       // semaphore permit: its slot
 	acquired time.Time // when the last acquire request was sent
 	kv       [8]string // arguments of the acquire script
+	co       *cohort   // the cohort whose Redis hold this is (see cohort.go)
+	passes   int       // how many more times the cohort may pass it on
 
 	mu         sync.Mutex
 	renewLease time.Duration // the watchdog's lease: lease, until Extend sets it
@@ -136,6 +138,9 @@ func (l *Lock) lose(cause error) error {
 // unlockAndReport releases l.mu, then calls the Lost hook if lost is set.
 func (l *Lock) unlockAndReport(lost error) {
 	l.mu.Unlock()
+	if lost != nil && l.co != nil {
+		l.c.dropLost(l)
+	}
 	if h := l.c.hooks.Lost; h != nil && lost != nil {
 		h(l.name, lost)
 	}
@@ -259,12 +264,19 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 // TTL returns the lease left on the server for this hold, or ErrNotHeld.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	l.mu.Lock()
+	gone := l.released && l.co != nil // passed on: the Redis hold is another's now
+	l.mu.Unlock()
+	if gone {
+		return 0, ErrNotHeld
+	}
 	return l.c.pttl(ctx, l)
 }
 
 // Unlock releases the hold: the watchdog stops first, so no renewal follows
 // the release, and the context ends. The release gives the lock to the
-// waiters in line. It returns ErrNotHeld when the lock was no longer held;
+// waiters in line; in a cohort (see Client.Lock), the hold is passed on to
+// the next goroutine of it instead, while it is valid, without Redis. It returns ErrNotHeld when the lock was no longer held;
 // calling it again is harmless. On a Redis error the lock may or may not be
 // released; calling Unlock again retries, and the lock expires within its
 // lease in any case.
@@ -274,12 +286,27 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		l.mu.Unlock()
 		return ErrNotHeld
 	}
+	valid := !l.stopped && time.Now().Before(l.validUntil)
 	l.stopped = true
 	l.stopTimers()
 	l.end(context.Canceled)
+	yield := false
+	if l.co != nil {
+		// decided under l.mu: once the hold is passed on, its Redis hold is
+		// the next holder's, and this one must not touch it
+		var passed bool
+		if passed, yield = l.c.passOn(l, valid); passed {
+			l.released = true
+			l.mu.Unlock()
+			if h := l.c.hooks.Release; h != nil {
+				h(l.name, time.Since(l.acquired), nil)
+			}
+			return nil
+		}
+	}
 	l.mu.Unlock()
 
-	st, err := l.c.release(ctx, l)
+	st, err := l.c.release(ctx, l, yield)
 	if h := l.c.hooks.Release; h != nil {
 		h(l.name, time.Since(l.acquired), err)
 	}

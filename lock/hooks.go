@@ -22,7 +22,8 @@ type Hooks struct {
 	// Lost is called once when a held lock is known lost; cause wraps ErrLost.
 	Lost func(name string, cause error)
 
-	// Release follows every Unlock that reached Redis: held is the time since
-	// acquisition, err nil, ErrNotHeld or the failure.
+	// Release follows every Unlock that reached Redis or passed the hold on
+	// in-process (see Client.Lock): held is the time since acquisition, err
+	// nil, ErrNotHeld or the failure.
 	Release func(name string, held time.Duration, err error)
 }

@@ -33,6 +33,9 @@ type Client struct {
 
 	waiters waiters
 
+	local   sync.Mutex         // guards cohorts and their fields
+	cohorts map[string]*cohort // by cohortKey
+
 	ctx    context.Context // cancelled by Close with cause ErrClosed
 	cancel context.CancelCauseFunc
 	mu     sync.Mutex // guards closed and subbed
@@ -87,6 +90,7 @@ func newClient(rs []Redis, opts []Option) *Client {
 	rand.Read(b[:])
 	c.id = base64.RawURLEncoding.EncodeToString(b[:])
 	c.waiters.m = make(map[string]*waiter)
+	c.cohorts = make(map[string]*cohort)
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	return c
 }
@@ -162,14 +166,18 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...LockOption) (
 
 // Lock takes the mutex called name, waiting until it is free or ctx ends.
 // Waiters wait in line in Redis, across processes, and each gets the lock
-// straight from the previous holder's release, in arrival order (but for
-// up to 8 handoffs in a row within the releasing client), without it ever
-// being free: one round trip to join the line, none to be woken. The waiter
-// refreshes its place now and then, and asks Redis again when the holder's
-// lease ends (it may have died) and after a new subscription (a message may
-// have been lost). When ctx ends first, the error matches both
-// ErrNotObtained and ctx.Err(); when the retry strategy (WithRetry) gives
-// up, ErrNotObtained.
+// straight from the previous holder's release, in arrival order, without
+// it ever being free: one round trip to join the line, none to be woken.
+// The waiter refreshes its place now and then, and asks Redis again when
+// the holder's lease ends (it may have died) and after a new subscription
+// (a message may have been lost). Goroutines of this client that wait for
+// the same plain mutex with the default watchdog and retry (a lease set by
+// WithWatchdog is fine) form a cohort: one waits in the Redis line for all,
+// and Unlock passes the hold on to the next of them in-process, without
+// Redis, up to 16 times in a row before another client's waiter gets it
+// (see the package documentation). When ctx ends first, the error matches
+// both ErrNotObtained and ctx.Err(); when the retry strategy (WithRetry)
+// gives up, ErrNotObtained.
 //
 // A reentrant acquisition by the owner that holds the lock does not wait.
 // Redlock has no line: a release wakes the first waiter of each node, and
@@ -201,7 +209,12 @@ func (c *Client) try(ctx context.Context, l *Lock) (*Lock, error) {
 // wait takes l, waiting in line, reporting it to the Acquire hook.
 func (c *Client) wait(ctx context.Context, l *Lock) (*Lock, error) {
 	start := time.Now()
-	err := c.waitFor(ctx, l)
+	var err error
+	if key := c.cohortKey(l); key != "" {
+		err = c.waitCohort(ctx, l, key)
+	} else {
+		err = c.waitFor(ctx, l)
+	}
 	if h := c.hooks.Acquire; h != nil {
 		h(l.name, time.Since(start), err)
 	}
@@ -570,7 +583,7 @@ func (c *Client) undo(l *Lock) {
 func (c *Client) releaseQuietly(ctx context.Context, l *Lock) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeTimeout(l.lease))
 	defer cancel()
-	_, _ = c.release(ctx, l)
+	_, _ = c.release(ctx, l, false)
 }
 
 // cancelWait runs the cancel script: l leaves the line, and releases the
@@ -633,9 +646,12 @@ func (c *Client) extend(ctx context.Context, l *Lock, lease time.Duration) (stat
 }
 
 // release runs the release script, which also gives the lock to the
-// waiters in line.
-func (c *Client) release(ctx context.Context, l *Lock) (status, error) {
-	kv := [...]string{l.tok, c.fifo(), c.chanbase}
+// waiters in line; with yield, to another client's first (see cohort).
+func (c *Client) release(ctx context.Context, l *Lock, yield bool) (status, error) {
+	kv := [...]string{l.tok, c.fifo(), c.chanbase, "0"}
+	if yield {
+		kv[3] = "1"
+	}
 	keys, args := l.keys[:], kv[:]
 	if !c.redlock() {
 		v, err := run(ctx, c.nodes[0], releaseScript, keys, args)

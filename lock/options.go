@@ -40,6 +40,7 @@ type lockConfig struct {
 	watchdog bool
 	leaseBy  uint8 // which of WithTTL, WithWatchdog set the lease: a conflict is refused
 	retry    RetryStrategy
+	retrySet bool // by WithRetry
 	owner    string
 	metadata string
 }
@@ -73,7 +74,7 @@ func WithWatchdog(lease time.Duration) LockOption {
 // makes Lock a TryLock. TryLock ignores it. Default: DefaultRetry(): wait
 // until ctx ends.
 func WithRetry(s RetryStrategy) LockOption {
-	return func(o *lockConfig) { o.retry = s }
+	return func(o *lockConfig) { o.retry, o.retrySet = s, true }
 }
 
 // WithReentrant makes a mutex reentrant for owner: while owner holds it,

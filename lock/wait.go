@@ -14,8 +14,9 @@ import (
 // lock straight to the first waiter that fits and publishes the news on
 // that waiter's client's channel: one message, to one client, for one
 // goroutine. No other waiter wakes up, in this process or any other, so a
-// contended lock costs two round trips per acquisition: one to join the
-// line, one to release (which is the next holder's acquisition).
+// contended lock costs two round trips per acquisition through Redis: one
+// to join the line, one to release (which is the next holder's
+// acquisition). A cohort (cohort.go) shares them among up to 17.
 type waiters struct {
 	mu sync.Mutex
 	m  map[string]*waiter

@@ -33,6 +33,7 @@ local how = ARGV[4] or '0'
 local wait, fifo = how ~= '0', ARGV[5] ~= '0'
 local ttl, chanbase, md = tonumber(ARGV[6]), ARGV[7], ARGV[8] or ''
 local strs = string.sub(spec, 1, 1) == 's' or how == '2'
+local n = (wait and fifo) and block or 1 -- tokens a plain hold reserves
 
 local function reply(token, slot, held)
 	if strs then
@@ -58,7 +59,7 @@ end
 if room(st, spec) then
 	local reentry = string.sub(spec, 1, 1) == 'o' and st.n > 0
 	if reentry or not fifo then
-		local token, slot = add(st, tok, lease, spec, md, t)
+		local token, slot = add(st, tok, lease, spec, md, t, nil, n)
 		if wait then
 			dequeue(tok)
 		end
@@ -70,7 +71,7 @@ if room(st, spec) then
 		return reply(token, slot)
 	end
 	if not head(t) and room(st, spec) then
-		token, slot = add(st, tok, lease, spec, md, t)
+		token, slot = add(st, tok, lease, spec, md, t, nil, n)
 		return reply(token, slot)
 	end
 end

@@ -7,7 +7,7 @@ do
 	if spec == 'p' and how ~= '2' then
 		-- free, and nobody waits: one SET (waiters get a free lock first)
 		if redis.call('exists', Q) == 0 and redis.call('set', K, tok, 'nx', 'px', lease) then
-			local token = fence()
+			local token = fence((how ~= '0' and ARGV[5] ~= '0') and block or 1)
 			redis.call('append', K, ' ' .. str(token))
 			return token
 		end

@@ -51,33 +51,41 @@ local function now()
 	return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- fence issues the next token of this name: the counter plus one. A missing
--- counter (first use, expired, evicted, lost in a failover or a restart) is
--- started one second ahead of Redis TIME in microseconds, and lives for that
--- second only: the clock catches up with it as it expires. So tokens grow
--- with every acquisition (fewer than a million a second) while the counter
+-- fence issues the next n tokens of this name (default 1): the counter
+-- plus one to the counter plus n, and returns the first. A missing counter
+-- (first use, expired, evicted, lost in a failover or a restart) is started
+-- one second ahead of Redis TIME in microseconds, and lives for that second
+-- only: the clock catches up with it as it expires. So tokens grow with
+-- every acquisition (fewer than a million tokens a second) while the counter
 -- lives, whatever the clock does (Redis expires it by the same clock), and
 -- grow across a restart of the counter as long as the Redis clock has not
 -- gone back by more than the time since the last acquisition. After a
 -- failover that lost the counter's last increments, they grow if the
 -- failover took more than a second and the servers' clocks agree within
 -- that margin. Tokens stay below 2^53: Lua numbers hold them exactly.
-local function fence()
-	local token = redis.call('incr', F)
-	if token == 1 then
+local function fence(n)
+	n = n or 1
+	local token = redis.call('incrby', F, n)
+	if token == n then
 		local t = redis.call('time')
 		local s = (t[1] + 1) .. string.sub('00000' .. t[2], -6)
-		redis.call('set', F, s, 'px', 1000)
-		token = tonumber(s)
+		token = tonumber(s) + n - 1
+		redis.call('set', F, str(token), 'px', 1000)
 	end
-	return token
+	return token - n + 1
 end
 
+-- block is how many tokens a plain mutex hold reserves when it comes from
+-- Lock on one Redis (a waiter, or an attempt that would have waited): its
+-- own, and those of the holds its client passes it on to in-process without
+-- Redis (see cohort.go, which counts on exactly this rule).
+local block = 17
+
 -- hold sets K to the plain hold tok for lease ms, with the next fencing
--- token (streak: see promote in lib.lua), and returns the token and its
--- string.
-local function hold(tok, lease, streak)
-	local token = fence()
+-- token, or the first of the next n (streak: see promote in lib.lua), and
+-- returns the token and its string.
+local function hold(tok, lease, streak, n)
+	local token = fence(n)
 	local s = str(token)
 	local v = tok .. ' ' .. s
 	if streak and streak > 0 then

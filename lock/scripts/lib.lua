@@ -105,9 +105,9 @@ local function mismatch(st, spec)
 end
 
 -- add gives hold tok of spec the lock (room must be checked) for lease ms,
--- and returns its fencing token and slot. streak is for a plain mutex (see
--- promote).
-local function add(st, tok, lease, spec, md, t, streak)
+-- and returns its fencing token and slot. streak and n (the tokens it
+-- reserves, see block in core.lua) are for a plain mutex (see promote).
+local function add(st, tok, lease, spec, md, t, streak, n)
 	local c = string.sub(spec, 1, 1)
 	if st.stale then
 		-- the released plain mutex, still in K: a plain hold overwrites it
@@ -117,7 +117,7 @@ local function add(st, tok, lease, spec, md, t, streak)
 		end
 	end
 	if c == 'p' then
-		local token, s = hold(tok, lease, streak)
+		local token, s = hold(tok, lease, streak, n)
 		st.kind, st.n, st.plain, st.token, st.streak = 'm', 1, tok, s, streak or 0
 		return token, 0
 	end
@@ -256,7 +256,7 @@ local function promote(st, t, chanbase, me, from, first)
 			md = redis.call('hget', W, h .. ' m') or ''
 			redis.call('hdel', W, h, h .. ' m')
 		end
-		local token, slot = add(st, h, lease, spec, md, t, streak)
+		local token, slot = add(st, h, lease, spec, md, t, streak, block)
 		if h == me then
 			mine, myslot = token, slot
 		elseif spec == 'p' then

@@ -5,6 +5,8 @@
 -- ARGV[1]  hold token
 -- ARGV[2]  '0' for Redlock (wake the first waiter instead), default '1'
 -- ARGV[3]  chanbase: the channel of a client is chanbase .. its id
+-- ARGV[4]  '1' when the client passed this plain mutex on in-process (see
+--          cohort.go): the next holder is another client's if one waits
 --
 -- Returns 1 released (the lock is free, or went to a waiter), 2 released
 -- while other holds remain, 0 not held (expired, taken over, or already
@@ -19,6 +21,9 @@ if type(v) == 'string' then
 	end
 	local streak = string.match(v, '^%S+ %d+ (%d+)$') -- a local: gopher-lua's match returns nothing
 	streak = tonumber(streak) or 0
+	if ARGV[4] == '1' then
+		streak = streakMax
+	end
 	local from = string.sub(tok, 1, string.find(tok, '.', 1, true) - 1)
 	-- released, though K keeps it until a waiter's hold replaces it (see add)
 	local st = {n = 0, live = {}, writers = 0, used = {}, streak = streak, stale = true}

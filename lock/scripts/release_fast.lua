@@ -18,6 +18,9 @@ do
 		local t = now()
 		local streak = string.match(v, '^%S+ %d+ (%d+)$') -- a local: gopher-lua's match returns nothing
 		streak = tonumber(streak) or 0
+		if ARGV[4] == '1' then
+			streak = streakMax -- passed on in-process already: others first
+		end
 		local h, lease
 		if streak < streakMax then
 			h, lease = waiterOf(string.sub(tok, 1, string.find(tok, '.', 1, true) - 1), t, first)
@@ -35,7 +38,7 @@ do
 		end
 		if h then
 			redis.call('hdel', W, h) -- a plain waiter has no metadata
-			local _, s = hold(h, lease, streak)
+			local _, s = hold(h, lease, streak, block)
 			notify(chanbase, h, s, 0)
 			return 1
 		end
