@@ -3,11 +3,15 @@ package tests
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
+
+	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/lock"
 )
 
@@ -342,4 +346,120 @@ func TestCohortCancelledWaiters(t *testing.T) {
 			t.Fatalf("after everyone left: %+v", st)
 		}
 	})
+}
+
+// freezable stands for a process that can be frozen (SIGSTOP, a long GC
+// pause, a stopped VM) as Redis sees it: while frozen, its scripts do not
+// reach Redis (its watchdog's renewals included) until it thaws.
+type freezable struct {
+	lock.Redis
+	mu   sync.Mutex
+	gate chan struct{} // closed when thawed; nil when not frozen
+}
+
+func (f *freezable) freeze() func() {
+	f.mu.Lock()
+	gate := make(chan struct{})
+	f.gate = gate
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		f.gate = nil
+		f.mu.Unlock()
+		close(gate)
+	}
+}
+
+func (f *freezable) wait(ctx context.Context) error {
+	f.mu.Lock()
+	gate := f.gate
+	f.mu.Unlock()
+	if gate == nil {
+		return nil
+	}
+	select {
+	case <-gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (f *freezable) EvalSHA(ctx context.Context, sha string, keys, args []string) (int64, error) {
+	if err := f.wait(ctx); err != nil {
+		return 0, err
+	}
+	return f.Redis.EvalSHA(ctx, sha, keys, args)
+}
+
+func (f *freezable) Eval(ctx context.Context, src string, keys, args []string) (int64, error) {
+	if err := f.wait(ctx); err != nil {
+		return 0, err
+	}
+	return f.Redis.Eval(ctx, src, keys, args)
+}
+
+func (f *freezable) EvalSHAStrings(ctx context.Context, sha string, keys, args []string) ([]string, error) {
+	if err := f.wait(ctx); err != nil {
+		return nil, err
+	}
+	return f.Redis.EvalSHAStrings(ctx, sha, keys, args)
+}
+
+func (f *freezable) EvalStrings(ctx context.Context, src string, keys, args []string) ([]string, error) {
+	if err := f.wait(ctx); err != nil {
+		return nil, err
+	}
+	return f.Redis.EvalStrings(ctx, src, keys, args)
+}
+
+// TestCohortFencingUnderPauses runs the porcupine check of
+// TestFencingLinearizable on cohorts: two clients of four goroutines each
+// take the lock with a watchdog (so holds are passed on in-process), and
+// each holder in turn freezes its whole client after its read, past the
+// lease, until the other client's holder has read. With the read claiming
+// the token every history is linearizable (the frozen holder's write is
+// refused, and its cohort passes nothing on from a hold it no longer
+// believes valid); the blind recipe, the control, loses updates.
+func TestCohortFencingUnderPauses(t *testing.T) {
+	const histories, perClient, ops = 4, 4, 6
+	addr := testenv.RedisAddr(t)
+	for _, claim := range []bool{true, false} {
+		recipe := map[bool]string{true: "claim", false: "blind"}[claim]
+		var illegal, unknown, refused, nops int
+		for h := range histories {
+			p := fmt.Sprintf("%s:%s%d:", testenv.Prefix(t), recipe, h)
+			res := &redisCounter{rdb: rawClient(t, addr), keys: []string{p + "{c}:v", p + "{c}:fence"}}
+			var procs [2]*freezable
+			var clients [2]*lock.Client
+			for i := range procs {
+				procs[i] = &freezable{Redis: dialRueidis(t, addr)}
+				clients[i] = newClient(t, procs[i], p)
+			}
+			take := func(ctx context.Context, id int) (*lock.Lock, error) {
+				return clients[id/perClient].Lock(ctx, "rmw", lock.WithWatchdog(60*time.Millisecond))
+			}
+			freeze := func(id int) func() { return procs[id/perClient].freeze() }
+			hist, n := pausedHistory(t, take, freeze, res, claim, 2*perClient, ops)
+			refused += n
+			nops += len(hist)
+			switch porcupine.CheckOperationsTimeout(counterModel, hist, 30*time.Second) {
+			case porcupine.Illegal:
+				illegal++
+			case porcupine.Unknown:
+				unknown++
+			}
+		}
+		t.Logf("cohorts, %s recipe: %d histories (%d operations), %d illegal, %d unknown; %d stale writes refused",
+			recipe, histories, nops, illegal, unknown, refused)
+		if claim && (illegal > 0 || unknown > 0) {
+			t.Errorf("%d of %d histories illegal (%d unknown) with the reads claiming the token", illegal, histories, unknown)
+		}
+		if claim && refused == 0 {
+			t.Errorf("no stale write was refused: the pauses did not overlap holders")
+		}
+		if !claim && illegal == 0 {
+			t.Errorf("the blind recipe lost no update in %d histories: the test does not catch what it should", histories)
+		}
+	}
 }

@@ -209,8 +209,17 @@ var counterModel = porcupine.Model{
 // holder writes anyway. It returns the history and how many writes the
 // fence refused.
 func history(t *testing.T, c *lock.Client, name string, res counter, claim bool, clients, ops int) ([]porcupine.Operation, int) {
-	ctx := ctxTimeout(t, time.Minute)
 	const lease = 60 * time.Millisecond
+	take := func(ctx context.Context, id int) (*lock.Lock, error) { return c.Lock(ctx, name, lock.WithTTL(lease)) }
+	return pausedHistory(t, take, nil, res, claim, clients, ops)
+}
+
+// pausedHistory is history with holds taken by take (for goroutine id);
+// freeze, when given, is called as goroutine id pauses and returns what
+// ends the pause (the freeze of its process, say).
+func pausedHistory(t *testing.T, take func(ctx context.Context, id int) (*lock.Lock, error), freeze func(id int) func(),
+	res counter, claim bool, clients, ops int) ([]porcupine.Operation, int) {
+	ctx := ctxTimeout(t, time.Minute)
 	base := time.Now()
 	var (
 		mu       sync.Mutex
@@ -222,7 +231,7 @@ func history(t *testing.T, c *lock.Client, name string, res counter, claim bool,
 	for id := range clients {
 		wg.Go(func() {
 			for i := range ops {
-				l, err := c.Lock(ctx, name, lock.WithTTL(lease))
+				l, err := take(ctx, id)
 				if err != nil {
 					t.Error(err)
 					return
@@ -238,10 +247,15 @@ func history(t *testing.T, c *lock.Client, name string, res counter, claim bool,
 					seen := reads.Add(1)
 					if i == (id*3)%ops {
 						// the pause: past the lease, until another holder has read
+						thaw := func() {}
+						if freeze != nil {
+							thaw = freeze(id)
+						}
 						time.Sleep(time.Until(l.ValidUntil()))
 						for deadline := time.Now().Add(time.Second); reads.Load() == seen && time.Now().Before(deadline); {
 							time.Sleep(100 * time.Microsecond)
 						}
+						thaw()
 					} else {
 						time.Sleep(2 * time.Millisecond)
 					}
