@@ -1,13 +1,33 @@
 // Package mysql implements seckill.Store on MySQL 8 and MariaDB 10.6+ with
 // go-sql-driver/mysql.
 //
-// ApplyOrders and FailOrders run at READ COMMITTED and lock the rows of the
-// batch's activities first (SELECT ... FOR UPDATE, in id order), so
-// transactions that touch the same activity run one after the other and
-// every later read sees what the previous one committed. Statements use
-// client-side parameter interpolation (one round trip each, unless the URL
-// sets interpolateParams) and multi-row IN lists and VALUES, so a batch takes
-// about ten round trips whatever its size.
+// ApplyOrders writes a batch of new orders (the worker's steady state)
+// alongside other batches of the same activity: it reads the stock and the
+// recorded failures, inserts the orders, and only then updates the stock,
+// which locks the activity row until commit; whatever changed meanwhile
+// fails that update, or the count of failures that follows it, or meets the
+// inserts in a unique index, and the batch is decided again under the lock
+// (see sqlstore.Batch). Other batches, and FailOrders, lock the rows of the
+// batch's activities first (SELECT ... FOR UPDATE, in id order), so that
+// they run one after the other with every transaction that changes the
+// stock, and every read that follows, at READ COMMITTED, sees what the
+// previous one committed.
+//
+// The batches run on connections of their own, whose sessions skip the
+// foreign key checks (foreign_key_checks = 0): InnoDB's check of an
+// inserted order takes a shared lock on its activity row, which the update
+// of the stock that follows would have to upgrade, so two batches of one
+// activity would deadlock, and batches could only run one after the other,
+// commit included. Every order that a batch inserts names an activity whose
+// row the same transaction updates (the stock it takes), and so holds
+// locked until commit: the check could not fail. The foreign key stays,
+// for every other statement.
+//
+// Statements use client-side parameter interpolation (one round trip each,
+// unless the URL sets interpolateParams) and multi-row IN lists and
+// VALUES; the large inserts of orders are prepared once (see
+// sqlstore.SQLBatches), so a batch takes about eight round trips whatever
+// its size.
 package mysql
 
 import (
@@ -18,6 +38,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"slices"
@@ -41,12 +62,20 @@ const DefaultConnectTimeout = 10 * time.Second
 type Store struct {
 	*sqlstore.Store
 	db *sql.DB
+	// batchDB runs ApplyOrders and FailOrders, without foreign key checks
+	// (see the package doc).
+	batchDB *sql.DB
+	batches *sqlstore.SQLBatches
 }
 
 var _ seckill.Store = (*Store)(nil)
 
-// maxConns bounds the connections of one Store.
-const maxConns = 16
+// maxConns bounds the connections of one Store's reads and lifecycle, and
+// batchConns those of its batches, written a few at a time by a worker.
+const (
+	maxConns   = 16
+	batchConns = 8
+)
 
 // Open connects to the database at url, pings it, and applies the migrations
 // it lacks. See Config for the form of url.
@@ -59,17 +88,13 @@ func open(ctx context.Context, url, upTo string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	connector, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("mysql: %w", err)
-	}
-	db := sql.OpenDB(connector)
 	// Bounded, so that a burst of requests queues here instead of
 	// exceeding the server's max_connections (151 by default, shared by
 	// every instance), which would fail them.
-	db.SetMaxOpenConns(maxConns)
-	db.SetMaxIdleConns(maxConns)
-	db.SetConnMaxIdleTime(5 * time.Minute)
+	db, err := openDB(cfg, maxConns)
+	if err != nil {
+		return nil, err
+	}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("mysql: cannot reach database %s at %s: %w", cfg.DBName, cfg.Addr, err)
@@ -78,13 +103,33 @@ func open(ctx context.Context, url, upTo string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("mysql: migrate: %w", err)
 	}
-	s := &Store{db: db}
+	bcfg := cfg.Clone()
+	bcfg.Params = maps.Clone(cfg.Params) // its own, whatever Clone shares
+	if bcfg.Params == nil {
+		bcfg.Params = make(map[string]string)
+	}
+	bcfg.Params["foreign_key_checks"] = "0" // set in each session as it connects
+	batchDB, err := openDB(bcfg, batchConns)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s := &Store{db: db, batchDB: batchDB}
+	s.batches = sqlstore.NewSQLBatches(sqlstore.SQLBatchConfig{
+		Dialect:   sqlstore.MySQL,
+		DB:        batchDB,
+		Chunk:     chunk,
+		Retryable: retryable,
+		InTx:      func(ctx context.Context, fn func(*sql.Tx) error) error { return inTx(ctx, batchDB, fn) },
+		LockLate:  true,
+		Conflict:  isDupEntry,
+	})
 	s.Store = sqlstore.New(sqlstore.Engine{
 		Name:    "mysql",
 		Dialect: sqlstore.MySQL,
 		DB:      sqlstore.SQLConn(db),
 		InTx: func(ctx context.Context, fn func(sqlstore.Conn) error) error {
-			return s.inTx(ctx, func(tx *sql.Tx) error { return fn(sqlstore.SQLConn(tx)) })
+			return inTx(ctx, db, func(tx *sql.Tx) error { return fn(sqlstore.SQLConn(tx)) })
 		},
 		Snapshot: func(ctx context.Context, fn func(sqlstore.Conn) error) error {
 			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
@@ -100,6 +145,20 @@ func open(ctx context.Context, url, upTo string) (*Store, error) {
 		Retryable: retryable,
 	})
 	return s, nil
+}
+
+// openDB returns a handle on the database of cfg with at most conns
+// connections.
+func openDB(cfg *gomysql.Config, conns int) (*sql.DB, error) {
+	connector, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %w", err)
+	}
+	db := sql.OpenDB(connector)
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	return db, nil
 }
 
 // Config turns mysql://user:pass@host[:port]/db?params into the driver's
@@ -254,8 +313,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the database handle.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the database handles.
+func (s *Store) Close() error {
+	return errors.Join(s.batches.Close(), s.batchDB.Close(), s.db.Close())
+}
 
 // CreateActivity validates and inserts a with Remaining = Stock, and sets its
 // ID and Remaining. StartsAt and EndsAt are set to what is stored: UTC,
@@ -267,7 +328,7 @@ func (s *Store) CreateActivity(ctx context.Context, a *seckill.Activity) error {
 	a.StartsAt, a.EndsAt = sqlstore.Millis(a.StartsAt), sqlstore.Millis(a.EndsAt)
 	const q = `INSERT INTO activities (name, stock, remaining, starts_at, ends_at, pay_within_ms, rebuy) VALUES (?, ?, ?, ?, ?, ?, ?)`
 	var id int64
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := inTx(ctx, s.db, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, q, a.Name, a.Stock, a.Stock, a.StartsAt, a.EndsAt, a.PayWithin.Milliseconds(), a.Rebuy)
 		if err == nil {
 			id, err = res.LastInsertId()
@@ -310,20 +371,22 @@ func (s *Store) FailOrders(ctx context.Context, reqs []seckill.OrderRequest, rea
 }
 
 // chunk is the most requests ApplyOrders reads and writes with one set of
-// statements: six placeholders a row stay far below the server's 65535
-// (without interpolateParams), and the statement below 1 MB.
-const chunk = 1000
+// statements: a worker's batch of a backlog (4,000) is inserted whole
+// before its transaction locks the activity (the chunks after the first
+// would wait for the lock). Six placeholders a row stay below the server's
+// 65535 of a prepared statement, and the statement below 1 MB.
+const chunk = 4000
 
 // batch runs one ApplyOrders or FailOrders transaction (sqlstore.Batch).
 func (s *Store) batch(ctx context.Context, reqs []seckill.OrderRequest, op sqlstore.Op) ([]seckill.Outcome, error) {
-	return sqlstore.Batch(ctx, sqlstore.MySQL.SQLBatcher(ctx, chunk, retryable, s.inTx, write), reqs, op)
+	return s.batches.Run(ctx, reqs, op)
 }
 
-// inTx runs fn in a READ COMMITTED transaction: every statement reads what
-// is committed when it starts, not a snapshot from before the activity
-// locks were granted, and InnoDB takes no gap locks.
-func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+// inTx runs fn in a READ COMMITTED transaction on db: every statement
+// reads what is committed when it starts, not a snapshot from before the
+// activity locks were granted, and InnoDB takes no gap locks.
+func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return err
 	}
@@ -334,68 +397,13 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// write carries out p. Every statement must affect exactly the rows planned;
-// anything else means another transaction got in between, and the whole
-// transaction is rerun.
-func write(ctx context.Context, tx *sql.Tx, p sqlstore.Plan) error {
-	// The condition never lets remaining go below zero, whatever the plan
-	// says; the CHECK constraint would refuse it too.
-	const qTake = `UPDATE activities SET remaining = remaining - ? WHERE id = ? AND remaining >= ?`
-	for _, t := range p.Take {
-		if err := exec(ctx, tx, 1, qTake, t.N, t.ActivityID, t.N); err != nil {
-			return err
-		}
-	}
-
-	if n := len(p.Confirm); n > 0 {
-		const qConfirm = `
-INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at, pay_by)
-VALUES %s
-ON DUPLICATE KEY UPDATE id = id`
-		vals := make([]any, 0, 6*n)
-		for _, r := range p.Confirm {
-			payBy := sql.NullTime{Time: r.PayBy, Valid: !r.PayBy.IsZero()}
-			vals = append(vals, r.OrderID, r.ActivityID, r.UserID, r.UserID, r.CreatedAt, payBy)
-		}
-		if err := exec(ctx, tx, n, fmt.Sprintf(qConfirm, sqlstore.Rows("(?, ?, ?, ?, 'confirmed', ?, ?)", n)), vals...); err != nil {
-			return err
-		}
-	}
-
-	if n := len(p.Fail); n > 0 {
-		const qFail = `
-INSERT INTO order_failures (order_id, activity_id, user_id, reason, existing_order_id, created_at)
-VALUES %s
-ON DUPLICATE KEY UPDATE order_id = order_id`
-		vals := make([]any, 0, 6*n)
-		for _, f := range p.Fail {
-			existing := sql.NullInt64{Int64: f.ExistingOrderID, Valid: f.ExistingOrderID != 0}
-			vals = append(vals, f.Req.OrderID, f.Req.ActivityID, f.Req.UserID, f.Reason, existing, f.Req.CreatedAt)
-		}
-		if err := exec(ctx, tx, n, fmt.Sprintf(qFail, sqlstore.Rows("(?, ?, ?, ?, ?, ?)", n)), vals...); err != nil {
-			return err
-		}
-	}
-	return nil
+// isDupEntry reports ER_DUP_ENTRY: an inserted row met an existing one in a
+// unique index.
+func isDupEntry(err error) bool {
+	var myErr *gomysql.MySQLError
+	return errors.As(err, &myErr) && myErr.Number == 1062
 }
 
-// exec runs a statement that must affect want rows.
-func exec(ctx context.Context, tx *sql.Tx, want int, q string, args ...any) error {
-	res, err := tx.ExecContext(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return err
-	}
-	if n != int64(want) {
-		return fmt.Errorf("%w: %d rows affected, want %d", sqlstore.ErrConflict, n, want)
-	}
-	return nil
-}
-
-// query runs q and calls scan for each row.
 // retryable reports the errors after which rerunning the transaction can
 // succeed: ER_LOCK_DEADLOCK and ER_LOCK_WAIT_TIMEOUT.
 func retryable(err error) bool {

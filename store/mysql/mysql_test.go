@@ -130,6 +130,38 @@ FROM activities WHERE id = ?`
 			t.Errorf("%s: %v, want a CHECK violation", q, err)
 		}
 	}
+
+	// The foreign key holds for every statement but the batches' (whose
+	// orders name an activity row that their transaction updates).
+	for _, q := range []string{
+		`INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at) VALUES (14, 999999, 1, 1, 'confirmed', NOW(3))`,
+		`DELETE FROM activities WHERE id = ?`,
+	} {
+		if _, err := db.ExecContext(ctx, q, sqlArgs(q, a.ID)...); err == nil || !strings.Contains(err.Error(), "orders_activity_id_fkey") {
+			t.Errorf("%s: %v, want a foreign key violation", q, err)
+		}
+	}
+	if _, err := s.ApplyOrders(ctx, []seckill.OrderRequest{{OrderID: 16, ActivityID: 999999, UserID: 1}}); err != nil {
+		t.Errorf("an order of an activity that does not exist: %v, want it failed as sold out", err)
+	}
+	checkNoOrder(t, db, 16)
+}
+
+// sqlArgs returns the arguments of q: the activity id if it takes one.
+func sqlArgs(q string, activityID int64) []any {
+	if strings.Contains(q, "?") {
+		return []any{activityID}
+	}
+	return nil
+}
+
+// checkNoOrder fails unless orders has no row of id.
+func checkNoOrder(t *testing.T, db *gosql.DB, id int64) {
+	t.Helper()
+	var n int
+	if err := db.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM orders WHERE id = ?`, id).Scan(&n); err != nil || n != 0 {
+		t.Errorf("orders holds %d rows of id %d (%v), want none", n, id, err)
+	}
 }
 
 func TestConfig(t *testing.T) {

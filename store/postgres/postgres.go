@@ -262,13 +262,20 @@ func (s *Store) batch(ctx context.Context, reqs []seckill.OrderRequest, op sqlst
 // read locks the activities of reqs (unless need.Unlocked) and reads what
 // the database holds about reqs, as much as need says, in one pipelined
 // round trip. The lock is FOR NO KEY UPDATE, the one the update of the
-// stock takes: it does not hold up the foreign key checks (FOR KEY SHARE)
-// of the inserts of another batch of the activity (see sqlstore.Batcher's
-// LockLate).
+// stock takes: it does not hold up the check that the inserts of another
+// batch of the activity make of the activity they name, which locks it FOR
+// KEY SHARE (migration 0004; see sqlstore.Batcher's LockLate).
 func read(ctx context.Context, tx pgx.Tx, reqs []seckill.OrderRequest, need sqlstore.Need) (*sqlstore.Facts, error) {
-	f := sqlstore.NewFacts()
+	f := sqlstore.NewFacts(len(reqs))
 	activities := sqlstore.ActivityIDs(reqs)
 	b := &pgx.Batch{}
+
+	// The statements of a batch run on generic plans (see write), but for
+	// the read of the holders below: the connection forces custom plans
+	// (see open), which for a list of thousands of ids means planning it
+	// anew at every run, estimating each id on its own. A lookup of a
+	// list of ids in a primary key has one plan whatever the list holds.
+	b.Queue(genericPlans)
 
 	qLock := `SELECT id, remaining, pay_within_ms FROM activities WHERE id = ANY($1) ORDER BY id`
 	if !need.Unlocked {
@@ -304,6 +311,7 @@ SELECT id, 'confirmed', '', 0 FROM orders WHERE id = ANY($1)`
 	})
 
 	if need.Holders {
+		b.Queue(`RESET plan_cache_mode`) // the connection's mode
 		// One index probe per user, whatever the statistics say: with a
 		// plain "user_id = ANY($2)" the planner scans all orders of the
 		// activity when it believes them few, and in a flash sale one
@@ -324,12 +332,42 @@ CROSS JOIN LATERAL (SELECT id FROM orders WHERE activity_id = $1 AND holder_user
 				return err
 			})
 		}
+		b.Queue(genericPlans)
 	}
 
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
 	return f, nil
+}
+
+// genericPlans makes the rest of the transaction run its statements on
+// generic plans (see read and write).
+const genericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
+
+// orderColumns are the columns of orders that write copies.
+var orderColumns = []string{"id", "activity_id", "user_id", "holder_user_id", "status", "created_at", "pay_by"}
+
+// confirmRows is the rows of a plan's confirmed orders, for COPY.
+type confirmRows struct {
+	rows []sqlstore.Confirm
+	i    int
+	vals [7]any
+}
+
+func (r *confirmRows) Next() bool { r.i++; return r.i <= len(r.rows) }
+func (r *confirmRows) Err() error { return nil }
+
+// Values returns the values of the current row, in a slice that the next
+// call reuses (COPY encodes each row before it asks for the next).
+func (r *confirmRows) Values() ([]any, error) {
+	c := &r.rows[r.i-1]
+	var payBy any // nil: NULL
+	if !c.PayBy.IsZero() {
+		payBy = c.PayBy
+	}
+	r.vals = [7]any{c.OrderID, c.ActivityID, c.UserID, c.UserID, "confirmed", c.CreatedAt, payBy}
+	return r.vals[:], nil
 }
 
 // write carries out p in one pipelined round trip. Every statement must
@@ -347,36 +385,32 @@ func write(ctx context.Context, tx pgx.Tx, p sqlstore.Plan) error {
 		}
 	}
 
-	// The inserts run on generic plans, and so do the foreign key checks
-	// that they run for every row (SPI queries, planned by the same rules).
-	// The connection forces custom plans (see open), which for an insert
-	// of thousands of rows means planning the check once per row and
-	// copying the arrays into every plan: that took three quarters of the
-	// database's time (measured: 22 µs of backend CPU per order, 5.6 µs
-	// with generic plans). Neither depends on statistics: an insert from
-	// arrays has one plan whatever they hold, and the check looks up a
-	// primary key.
-	inserts := len(p.Confirm) > 0 || len(p.Fail) > 0
-	if inserts {
-		b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-	}
-
+	// The confirmed orders are copied (COPY, in binary): no statement to
+	// plan, no arrays to unpack, and the rows go into the table's pages
+	// several at a time, with one WAL record per page rather than one per
+	// row. An order that meets an existing row in a unique index fails
+	// the copy, as it would the insert (see isUniqueViolation).
 	if n := len(p.Confirm); n > 0 {
-		ids, activities, users, created := make([]int64, n), make([]int64, n), make([]int64, n), make([]time.Time, n)
-		payBy := make([]*time.Time, n) // nil: NULL
-		for i, r := range p.Confirm {
-			ids[i], activities[i], users[i], created[i] = r.OrderID, r.ActivityID, r.UserID, r.CreatedAt
-			if !r.PayBy.IsZero() {
-				payBy[i] = &r.PayBy
-			}
+		copied, err := tx.CopyFrom(ctx, pgx.Identifier{"orders"}, orderColumns, &confirmRows{rows: p.Confirm})
+		if isUniqueViolation(err) {
+			return fmt.Errorf("%w: %w", sqlstore.ErrConflict, err)
+		} else if err != nil {
+			return err
 		}
-		const qConfirm = `
-INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at, pay_by)
-SELECT id, activity_id, user_id, user_id, 'confirmed', created_at, pay_by
-FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::timestamptz[], $5::timestamptz[]) AS r (id, activity_id, user_id, created_at, pay_by)`
-		b.Queue(qConfirm, ids, activities, users, created, payBy).Exec(expect(n))
+		if copied != int64(n) {
+			return fmt.Errorf("%w: copied %d orders, want %d", sqlstore.ErrConflict, copied, n)
+		}
 	}
 
+	// The statements below run on generic plans, as read set (and so does
+	// the check that migration 0004 makes of each statement's orders). The
+	// connection forces custom plans (see open), which for an insert of
+	// thousands of rows means copying the arrays into the plan at every
+	// run, and planned the foreign key check of each inserted row (an SPI
+	// query) once per row, before that migration: three quarters of the
+	// database's time (measured: 22 µs of backend CPU per order, 5.6 µs
+	// with generic plans). An insert from arrays has one plan whatever
+	// they hold.
 	if n := len(p.Fail); n > 0 {
 		ids, activities, users, existing := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		reasons, created := make([]string, n), make([]time.Time, n)
@@ -390,9 +424,6 @@ SELECT order_id, activity_id, user_id, reason, nullif(existing_order_id, 0), cre
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::timestamptz[])
     AS r (order_id, activity_id, user_id, reason, existing_order_id, created_at)`
 		b.Queue(qFail, ids, activities, users, reasons, existing, created).Exec(expect(n))
-	}
-	if inserts {
-		b.Queue(`RESET plan_cache_mode`) // the connection's mode, for the statements that follow
 	}
 
 	// The stock last: its update locks the activity row until commit, and

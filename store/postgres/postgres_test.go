@@ -133,6 +133,31 @@ FROM activities WHERE id = $1`
 			t.Errorf("%s: %v, want a CHECK violation", q, err)
 		}
 	}
+
+	// Every order names an activity that exists (checked once per
+	// statement: see migration 0004).
+	for _, q := range []string{
+		`INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at) VALUES (14, 999999, 1, 1, 'confirmed', now())`,
+		`INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at) VALUES
+		 (14, $1, 7, 7, 'confirmed', now()), (15, 999999, 8, 8, 'confirmed', now())`,
+		`UPDATE orders SET activity_id = 999999 WHERE id = 11`,
+		`DELETE FROM activities WHERE id = $1`,
+	} {
+		if _, err := s.Pool().Exec(ctx, q, pgxArgs(q, a.ID)...); err == nil || !strings.Contains(err.Error(), "orders_activity_id_fkey") {
+			t.Errorf("%s: %v, want a foreign key violation", q, err)
+		}
+	}
+	const qMove = `UPDATE orders SET activity_id = $1 WHERE id = 11`
+	if _, err := s.Pool().Exec(ctx, qMove, a.ID); err != nil {
+		t.Errorf("an update of activity_id to an activity that exists: %v", err)
+	}
+	unsold := seckill.Activity{Name: "unsold", Stock: 1, StartsAt: starts, EndsAt: starts.Add(time.Hour)}
+	if err := s.CreateActivity(ctx, &unsold); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `DELETE FROM activities WHERE id = $1`, unsold.ID); err != nil {
+		t.Errorf("deleting an activity without orders: %v", err)
+	}
 }
 
 func TestUpgrade(t *testing.T) {

@@ -63,6 +63,7 @@ type Store struct {
 	// orders at 34,000-46,000/s without this lock, 52,000-55,000/s with
 	// it). Other processes still wait in SQLite.
 	writing sync.Mutex
+	batches *sqlstore.SQLBatches
 }
 
 var _ seckill.Store = (*Store)(nil)
@@ -122,6 +123,8 @@ func open(ctx context.Context, url, upTo string) (*Store, error) {
 	// one snapshot.
 	s.Store = sqlstore.New(sqlstore.Engine{Name: "sqlite", Dialect: sqlstore.SQLite, DB: sqlstore.SQLConn(db),
 		InTx: inTx, Snapshot: inTx, Retryable: retryable})
+	s.batches = sqlstore.NewSQLBatches(sqlstore.SQLBatchConfig{Dialect: sqlstore.SQLite, DB: db, Chunk: chunk,
+		Retryable: retryable, InTx: s.inTx})
 	if err := s.migrate(ctx, upTo); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: migrate %s: %w", path, err)
@@ -206,7 +209,7 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Close closes the database; an in-memory database is gone afterwards.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error { return errors.Join(s.batches.Close(), s.db.Close()) }
 
 // CreateActivity validates and inserts a with Remaining = Stock, and sets its
 // ID and Remaining. StartsAt and EndsAt are set to what is stored: UTC,
@@ -263,12 +266,13 @@ func (s *Store) FailOrders(ctx context.Context, reqs []seckill.OrderRequest, rea
 }
 
 // chunk is the most requests ApplyOrders reads and writes with one set of
-// statements: six variables a row stay below SQLite's 32766.
-const chunk = 1000
+// statements: six variables a row, and two a request in the reads, stay
+// below SQLite's 32766. A worker's batch of a backlog (4,000) is one chunk.
+const chunk = 4000
 
 // batch runs one ApplyOrders or FailOrders transaction (sqlstore.Batch).
 func (s *Store) batch(ctx context.Context, reqs []seckill.OrderRequest, op sqlstore.Op) ([]seckill.Outcome, error) {
-	return sqlstore.Batch(ctx, sqlstore.SQLite.SQLBatcher(ctx, chunk, retryable, s.inTx, write), reqs, op)
+	return s.batches.Run(ctx, reqs, op)
 }
 
 // inTx runs fn in a transaction, which begins IMMEDIATE (see Open), one at
@@ -287,71 +291,6 @@ func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// write carries out p. Every statement must affect exactly the rows planned;
-// anything else is a bug or a change made behind the store's back, and the
-// whole transaction is rerun.
-func write(ctx context.Context, tx *sql.Tx, p sqlstore.Plan) error {
-	// The condition never lets remaining go below zero, whatever the plan
-	// says; the CHECK constraint would refuse it too.
-	const qTake = `UPDATE activities SET remaining = remaining - ?1 WHERE id = ?2 AND remaining >= ?1`
-	for _, t := range p.Take {
-		if err := exec(ctx, tx, 1, qTake, t.N, t.ActivityID); err != nil {
-			return err
-		}
-	}
-
-	if n := len(p.Confirm); n > 0 {
-		const qConfirm = `
-INSERT INTO orders (id, activity_id, user_id, holder_user_id, status, created_at, pay_by)
-VALUES %s
-ON CONFLICT DO NOTHING`
-		vals := make([]any, 0, 6*n)
-		for _, r := range p.Confirm {
-			var payBy any
-			if !r.PayBy.IsZero() {
-				payBy = text(r.PayBy)
-			}
-			vals = append(vals, r.OrderID, r.ActivityID, r.UserID, r.UserID, text(r.CreatedAt), payBy)
-		}
-		if err := exec(ctx, tx, n, fmt.Sprintf(qConfirm, sqlstore.Rows("(?, ?, ?, ?, 'confirmed', ?, ?)", n)), vals...); err != nil {
-			return err
-		}
-	}
-
-	if n := len(p.Fail); n > 0 {
-		const qFail = `
-INSERT INTO order_failures (order_id, activity_id, user_id, reason, existing_order_id, created_at)
-VALUES %s
-ON CONFLICT DO NOTHING`
-		vals := make([]any, 0, 6*n)
-		for _, f := range p.Fail {
-			existing := sql.NullInt64{Int64: f.ExistingOrderID, Valid: f.ExistingOrderID != 0}
-			vals = append(vals, f.Req.OrderID, f.Req.ActivityID, f.Req.UserID, f.Reason, existing, text(f.Req.CreatedAt))
-		}
-		if err := exec(ctx, tx, n, fmt.Sprintf(qFail, sqlstore.Rows("(?, ?, ?, ?, ?, ?)", n)), vals...); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// exec runs a statement that must affect want rows.
-func exec(ctx context.Context, tx *sql.Tx, want int, q string, args ...any) error {
-	res, err := tx.ExecContext(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return err
-	}
-	if n != int64(want) {
-		return fmt.Errorf("%w: %d rows affected, want %d", sqlstore.ErrConflict, n, want)
-	}
-	return nil
-}
-
-// query runs q and calls scan for each row.
 // retryable reports the errors after which rerunning the transaction can
 // succeed: SQLITE_BUSY and SQLITE_LOCKED (another connection or process
 // held the database longer than BusyTimeout).

@@ -91,7 +91,16 @@ type Dialect struct {
 	// (MySQL counts an unchanged row as 0, an updated one as 2): the token
 	// in force is read afterwards.
 	claimFence string
+	// ignoreDup ends a multi-row INSERT so that a row meeting an existing
+	// one in the unique index of key (or any unique index) is not inserted
+	// and not counted as affected, rather than failing the statement; ""
+	// where such a row fails it, which the engine's SQLBatchConfig.Conflict
+	// tells.
+	ignoreDup func(key string) string
 }
+
+// onConflictDoNothing is ignoreDup in PostgreSQL's and SQLite's words.
+func onConflictDoNothing(string) string { return ` ON CONFLICT DO NOTHING` }
 
 // The dialects of the three engines.
 var (
@@ -100,14 +109,21 @@ var (
 		anyArray:   true,
 		forUpdate:  " FOR UPDATE",
 		claimFence: `INSERT INTO fences (name, token) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET token = GREATEST(fences.token, excluded.token)`,
+		ignoreDup:  onConflictDoNothing,
 	}
 	MySQL = Dialect{
 		forUpdate:  " FOR UPDATE",
 		claimFence: `INSERT INTO fences (name, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))`,
+		// None: ON DUPLICATE KEY UPDATE key = key (a row whose update sets
+		// nothing new counts as no row affected) costs InnoDB more per
+		// inserted row than a plain insert (measured: 7% of the server's
+		// time writing a backlog); a duplicate fails the statement instead.
+		ignoreDup: func(string) string { return `` },
 	}
 	SQLite = Dialect{
 		textTime:   true,
 		claimFence: `INSERT INTO fences (name, token) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET token = max(token, excluded.token)`,
+		ignoreDup:  onConflictDoNothing,
 	}
 )
 
@@ -162,8 +178,37 @@ func (c dollarConn) QueryRow(ctx context.Context, q string, args ...any) Row {
 // understand and that sorts like the times it holds.
 const TimeFormat = "2006-01-02 15:04:05.000"
 
-// TimeText formats t as SQLite stores it.
-func TimeText(t time.Time) string { return t.UTC().Format(TimeFormat) }
+// TimeText formats t as SQLite stores it: t.UTC().Format(TimeFormat),
+// written digit by digit (a batch of orders formats two times an order).
+func TimeText(t time.Time) string {
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.Format(TimeFormat)
+	}
+	hour, minute, sec := t.Clock()
+	var b [len(TimeFormat)]byte
+	digits := func(at, v, n int) {
+		for i := at + n - 1; i >= at; i-- {
+			b[i] = byte('0' + v%10)
+			v /= 10
+		}
+	}
+	digits(0, year, 4)
+	b[4] = '-'
+	digits(5, int(month), 2)
+	b[7] = '-'
+	digits(8, day, 2)
+	b[10] = ' '
+	digits(11, hour, 2)
+	b[13] = ':'
+	digits(14, minute, 2)
+	b[16] = ':'
+	digits(17, sec, 2)
+	b[19] = '.'
+	digits(20, t.Nanosecond()/int(time.Millisecond), 3)
+	return string(b[:])
+}
 
 // TimeDest returns a scan destination for a time column of any engine: a
 // time type, or text in TimeFormat (SQLite; any number of fractional

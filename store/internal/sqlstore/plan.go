@@ -39,11 +39,12 @@ type Facts struct {
 	PayWithin map[int64]time.Duration
 }
 
-// NewFacts returns empty Facts ready to be filled.
-func NewFacts() *Facts {
+// NewFacts returns empty Facts ready to be filled, with room for the
+// outcomes and holders of n requests, which Apply adds.
+func NewFacts(n int) *Facts {
 	return &Facts{
-		Outcomes:  make(map[int64]seckill.Outcome),
-		Holders:   make(map[Key]int64),
+		Outcomes:  make(map[int64]seckill.Outcome, n),
+		Holders:   make(map[Key]int64, n),
 		Remaining: make(map[int64]int64),
 		PayWithin: make(map[int64]time.Duration),
 	}

@@ -97,10 +97,12 @@ type Batcher[Tx any] struct {
 	// LockLate: an optimistic chunk is read without the activity locks,
 	// which the write takes last, so that the inserts of batches of one
 	// activity (most of their work) run side by side, not one after the
-	// other. Only where inserting a row that refers to an activity does
+	// other, and the lock is held only for the update of the stock and the
+	// commit. Only where inserting a row that refers to an activity does
 	// not conflict with the lock of a transaction that updates its stock
-	// (PostgreSQL's FOR KEY SHARE and FOR NO KEY UPDATE; InnoDB's foreign
-	// key checks take shared locks that a later update would deadlock on).
+	// (PostgreSQL: FOR KEY SHARE and FOR NO KEY UPDATE; MySQL: sessions
+	// that skip the foreign key checks, whose shared locks a later update
+	// would deadlock on).
 	LockLate bool
 }
 

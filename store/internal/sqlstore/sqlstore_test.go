@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -27,7 +28,7 @@ func TestApply(t *testing.T) {
 	r := func(order, activity, user int64) seckill.OrderRequest {
 		return seckill.OrderRequest{OrderID: order, ActivityID: activity, UserID: user, CreatedAt: at}
 	}
-	f := NewFacts()
+	f := NewFacts(0)
 	f.Remaining[1] = 2
 	f.Remaining[2] = 0
 	f.Outcomes[10] = confirmed
@@ -78,7 +79,7 @@ func TestApply(t *testing.T) {
 }
 
 func TestFail(t *testing.T) {
-	f := NewFacts()
+	f := NewFacts(0)
 	f.Outcomes[1] = confirmed
 	f.Outcomes[2] = soldOut
 	reqs := []seckill.OrderRequest{{OrderID: 3}, {OrderID: 1}, {OrderID: 2}, {OrderID: 3}}
@@ -191,6 +192,29 @@ func TestTimeDest(t *testing.T) {
 	}
 }
 
+// TestTimeText: the text SQLite stores is what Format makes of the time in
+// UTC, whatever its zone, year or fraction.
+func TestTimeText(t *testing.T) {
+	zone := time.FixedZone("UTC+8", 8*3600)
+	times := []time.Time{
+		time.Date(2030, 1, 2, 3, 4, 5, 678_999_999, zone),
+		time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Now(),
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 1000 {
+		times = append(times, time.Unix(r.Int64N(1<<36), r.Int64N(1e9)).In(zone))
+	}
+	for _, tm := range times {
+		if got, want := TimeText(tm), tm.UTC().Format(TimeFormat); got != want {
+			t.Errorf("TimeText(%v) = %q, want %q", tm, got, want)
+		}
+	}
+}
+
 func TestMigrationsUpTo(t *testing.T) {
 	fsys := fstest.MapFS{
 		"m/0001_a.sql": {Data: []byte("A")}, "m/0002_b.sql": {Data: []byte("B")}, "m/0003_c.sql": {Data: []byte("C")}, "m/notes.txt": {},
@@ -226,5 +250,24 @@ func TestValidPayment(t *testing.T) {
 		if (err == nil) != tt.ok || (err != nil && seckill.ErrorCode(err) != seckill.EINVALID) {
 			t.Errorf("validPayment(%q, %q) = %v, want ok %v", tt.p.Ref, tt.p.Key, err, tt.ok)
 		}
+	}
+}
+
+// TestLookup: ids close together are looked up as their range, skipping the
+// range's other rows; ids far apart as a list.
+func TestLookup(t *testing.T) {
+	dense := lookup([]int64{105, 101, 103, 102})
+	if got := dense.cond("id"); got != "id BETWEEN ? AND ?" || !slices.Equal(dense.args, []any{int64(101), int64(105)}) {
+		t.Errorf("dense ids: %s %v", got, dense.args)
+	}
+	if !dense.has(103) || dense.has(104) {
+		t.Errorf("dense ids: has(103) = %v, has(104) = %v", dense.has(103), dense.has(104))
+	}
+	sparse := lookup([]int64{1, 100, 7})
+	if got := sparse.cond("id"); got != "id IN (?,?,?)" || !slices.Equal(sparse.args, []any{int64(1), int64(100), int64(7)}) || !sparse.has(8) {
+		t.Errorf("sparse ids: %s %v", got, sparse.args)
+	}
+	if got := lookup(nil).cond("id"); got != "1 = 0" {
+		t.Errorf("no ids: %s", got)
 	}
 }
