@@ -185,21 +185,23 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 		say("not drained: %v", drainErr)
 	}
 	answers := &check.Answers{ByUser: rep.OrdersByUser(), Uncertain: rep.UncertainUsers()}
+	db, err := check.Open(ctx, c.dbURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	checkCfg := check.Config{DB: db, Redis: rdb, Prefix: prefix, ActivityID: id, Answers: answers}
 	var after *afterReport
 	if c.payWithin > 0 && drainErr == nil {
-		if after, err = afterTheGrab(ctx, c, base, id, winnersOf(answers.ByUser), answers, crowd.identify(), say); err != nil {
+		if after, err = afterTheGrab(ctx, c, base, id, winnersOf(answers.ByUser), answers, crowd.identify(), say,
+			func(ctx context.Context) (*check.Report, error) { return check.Run(ctx, checkCfg) }); err != nil {
 			return err
 		}
 		if drainErr = check.WaitDrained(ctx, rdb, prefix, id, 2*time.Minute); drainErr != nil {
 			say("not drained: %v", drainErr)
 		}
 	}
-	db, err := check.Open(ctx, c.dbURL)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	res, err := settled(ctx, check.Config{DB: db, Redis: rdb, Prefix: prefix, ActivityID: id, Answers: answers})
+	res, err := settled(ctx, checkCfg)
 	if err != nil {
 		return fmt.Errorf("check: %w", err)
 	}

@@ -127,3 +127,15 @@ func startEmbeddedRedis() (url string, stop func() error, err error) {
 	}
 	return "redis://" + m.Addr(), func() error { m.Close(); return nil }, nil
 }
+
+// stoppedEarly is the error of a command whose backends failed to open: nil
+// when that was because it was told to stop (SIGTERM, SIGINT) meanwhile,
+// which is no failure (a supervisor that stops a starting process must not
+// see exit status 1).
+func stoppedEarly(ctx context.Context, log *slog.Logger, err error) error {
+	if ctx.Err() != nil {
+		log.Info("stopped before it started", "err", err)
+		return nil
+	}
+	return err
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -269,5 +270,47 @@ func TestMultiProcess(t *testing.T) {
 	}
 	if answeredConfirmed != int64(len(ids)) || int64(len(ids)) != stockN {
 		t.Errorf("answered orders: %d, confirmed among them %d; want %d and %d", len(ids), answeredConfirmed, stockN, stockN)
+	}
+}
+
+// TestStoppedWhileStarting: a serve or worker told to stop (SIGTERM) while
+// it still connects to its database exits with status 0: a supervisor that
+// stops a starting process sees no failure (the soak's shutdown once failed
+// on "worker0: exit status 1" for a worker restarted a moment before).
+func TestStoppedWhileStarting(t *testing.T) {
+	// a database that accepts connections and never answers
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	db := "postgres://postgres@" + ln.Addr().String() + "/test?sslmode=disable"
+	for _, cmd := range []string{"serve", "worker"} {
+		t.Run(cmd, func(t *testing.T) {
+			args := []string{cmd, "--db", db, "--redis", redisURL(t), "--redis-prefix", testenv.Prefix(t)}
+			if cmd == "serve" {
+				args = append(args, "--listen", "127.0.0.1:0")
+			}
+			p := startProc(t, args...)
+			time.Sleep(500 * time.Millisecond) // connecting: the database never answers
+			p.signal(syscall.SIGTERM)
+			select {
+			case <-p.done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("still running 30 s after SIGTERM")
+			}
+			if p.err != nil {
+				t.Fatalf("%s stopped while starting: %v, want exit status 0", cmd, p.err)
+			}
+		})
 	}
 }

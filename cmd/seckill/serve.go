@@ -126,7 +126,7 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 
 	bk, err := c.backend.open(ctx, log)
 	if err != nil {
-		return err
+		return stoppedEarly(ctx, log, err)
 	}
 	defer bk.close()
 

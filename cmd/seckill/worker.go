@@ -83,7 +83,7 @@ func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	bk, err := backend.open(ctx, log)
 	if err != nil {
-		return err
+		return stoppedEarly(ctx, log, err)
 	}
 	defer bk.close()
 	reg := prometheus.NewRegistry()
