@@ -276,10 +276,10 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 // Unlock releases the hold: the watchdog stops first, so no renewal follows
 // the release, and the context ends. The release gives the lock to the
 // waiters in line; in a cohort (see Client.Lock), the hold is passed on to
-// the next goroutine of it instead, while it is valid, without Redis. It returns ErrNotHeld when the lock was no longer held;
-// calling it again is harmless. On a Redis error the lock may or may not be
-// released; calling Unlock again retries, and the lock expires within its
-// lease in any case.
+// the next goroutine of it instead, while it is valid, without Redis. It
+// returns ErrNotHeld when the lock was no longer held; calling it again is
+// harmless. On a Redis error the lock may or may not be released; calling
+// Unlock again retries, and the lock expires within its lease in any case.
 func (l *Lock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	if l.released {

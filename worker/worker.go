@@ -495,6 +495,7 @@ func (w *Worker) woken(ctx context.Context, m *redis.Message, streams map[int64]
 	if err != nil {
 		return
 	}
+	w.log.Debug("woken", "activity", id)
 	if s := streams[id]; s != nil {
 		// Another worker may take the new orders, and die: claims resume.
 		s.hot, s.settled = true, false
@@ -772,7 +773,7 @@ func (w *Worker) process(ctx context.Context, activityID int64, msgs []redis.XMe
 	}
 	if len(poison) > 0 {
 		log.Error("entries delivered too often: failing their orders", "orders", len(poison))
-		out, err := retry(work, func(ctx context.Context) ([]seckill.Outcome, error) {
+		out, err := retry(work, log, func(ctx context.Context) ([]seckill.Outcome, error) {
 			return w.store.FailOrders(ctx, poison, seckill.ReasonPoison)
 		})
 		if err != nil {
@@ -790,7 +791,7 @@ func (w *Worker) process(ctx context.Context, activityID int64, msgs []redis.XMe
 		if o.Status != seckill.OrderFailed {
 			continue
 		}
-		_, err := retry(work, func(ctx context.Context) (bool, error) {
+		_, err := retry(work, log, func(ctx context.Context) (bool, error) {
 			return w.engine.Compensate(ctx, r.ActivityID, r.UserID, r.OrderID, o.ExistingOrderID)
 		})
 		if err != nil {
@@ -798,7 +799,7 @@ func (w *Worker) process(ctx context.Context, activityID int64, msgs []redis.XMe
 			return err
 		}
 	}
-	acked, err := retry(work, func(ctx context.Context) (int64, error) {
+	acked, err := retry(work, log, func(ctx context.Context) (int64, error) {
 		return w.rdb.XAck(ctx, w.engine.Keys(activityID).Orders, stock.Group, ids...).Result()
 	})
 	if err != nil {
@@ -812,6 +813,7 @@ func (w *Worker) process(ctx context.Context, activityID int64, msgs []redis.XMe
 		w.reconcile(work, activityID, reqs, outcomes, log)
 	}
 	w.metrics.observe(outcomes, time.Since(began))
+	log.Debug("batch written", "entries", len(msgs), "took", time.Since(began))
 	return nil
 }
 
@@ -880,7 +882,7 @@ func (w *Worker) heartbeat(ctx context.Context, activityID int64, msgs []redis.X
 // few transactions per halving, not one per request; a request that fails
 // alone ends as a poison failure.
 func (w *Worker) applyOrIsolate(ctx context.Context, reqs []seckill.OrderRequest, log *slog.Logger) ([]seckill.Outcome, error) {
-	out, err := retry(ctx, func(ctx context.Context) ([]seckill.Outcome, error) {
+	out, err := retry(ctx, log, func(ctx context.Context) ([]seckill.Outcome, error) {
 		return w.store.ApplyOrders(ctx, reqs)
 	})
 	if err == nil || ctx.Err() != nil {
@@ -888,7 +890,7 @@ func (w *Worker) applyOrIsolate(ctx context.Context, reqs []seckill.OrderRequest
 	}
 	if len(reqs) == 1 {
 		log.Error("order refused by the database", "order", reqs[0].OrderID, "err", err)
-		return retry(ctx, func(ctx context.Context) ([]seckill.Outcome, error) {
+		return retry(ctx, log, func(ctx context.Context) ([]seckill.Outcome, error) {
 			return w.store.FailOrders(ctx, reqs, seckill.ReasonPoison)
 		})
 	}
@@ -907,7 +909,7 @@ func (w *Worker) applyOrIsolate(ctx context.Context, reqs []seckill.OrderRequest
 // retry calls f until it succeeds or ctx ends. After a few failures it
 // checks whether the failure is the database's or Redis' being away (keep
 // waiting) or f's own (give up after attempts, returning f's error).
-func retry[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+func retry[T any](ctx context.Context, log *slog.Logger, f func(context.Context) (T, error)) (T, error) {
 	const attempts = 3
 	b := newBackoff()
 	var zero T
@@ -921,6 +923,10 @@ func retry[T any](ctx context.Context, f func(context.Context) (T, error)) (T, e
 		}
 		if i >= attempts && !transient(err) {
 			return zero, err
+		}
+		if i >= attempts && i%10 == attempts {
+			// retried without end: say so, or a stalled worker is silent
+			log.Warn("still failing; retrying", "attempts", i+1, "err", err)
 		}
 		b.sleep(ctx)
 	}
