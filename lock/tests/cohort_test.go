@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
-
 	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/lock"
 )
@@ -426,7 +424,7 @@ func TestCohortFencingUnderPauses(t *testing.T) {
 	addr := testenv.RedisAddr(t)
 	for _, claim := range []bool{true, false} {
 		recipe := map[bool]string{true: "claim", false: "blind"}[claim]
-		var illegal, unknown, refused, nops int
+		var k tally
 		for h := range histories {
 			p := fmt.Sprintf("%s:%s%d:", testenv.Prefix(t), recipe, h)
 			res := &redisCounter{rdb: rawClient(t, addr), keys: []string{p + "{c}:v", p + "{c}:fence"}}
@@ -440,26 +438,8 @@ func TestCohortFencingUnderPauses(t *testing.T) {
 				return clients[id/perClient].Lock(ctx, "rmw", lock.WithWatchdog(60*time.Millisecond))
 			}
 			freeze := func(id int) func() { return procs[id/perClient].freeze() }
-			hist, n := pausedHistory(t, take, freeze, res, claim, 2*perClient, ops)
-			refused += n
-			nops += len(hist)
-			switch porcupine.CheckOperationsTimeout(counterModel, hist, 30*time.Second) {
-			case porcupine.Illegal:
-				illegal++
-			case porcupine.Unknown:
-				unknown++
-			}
+			k.add(pausedHistory(t, take, freeze, res, claim, 2*perClient, ops))
 		}
-		t.Logf("cohorts, %s recipe: %d histories (%d operations), %d illegal, %d unknown; %d stale writes refused",
-			recipe, histories, nops, illegal, unknown, refused)
-		if claim && (illegal > 0 || unknown > 0) {
-			t.Errorf("%d of %d histories illegal (%d unknown) with the reads claiming the token", illegal, histories, unknown)
-		}
-		if claim && refused == 0 {
-			t.Errorf("no stale write was refused: the pauses did not overlap holders")
-		}
-		if !claim && illegal == 0 {
-			t.Errorf("the blind recipe lost no update in %d histories: the test does not catch what it should", histories)
-		}
+		k.judge(t, "cohorts", claim)
 	}
 }

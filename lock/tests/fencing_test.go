@@ -294,6 +294,45 @@ func reset(t *testing.T, res counter) {
 	}
 }
 
+// tally counts the histories of one recipe and their verdicts.
+type tally struct {
+	histories, ops, illegal, unknown, refused int
+}
+
+// add checks one history with porcupine; refused is how many of its writes
+// the fence refused.
+func (k *tally) add(hist []porcupine.Operation, refused int) {
+	k.histories++
+	k.ops += len(hist)
+	k.refused += refused
+	switch porcupine.CheckOperationsTimeout(counterModel, hist, 30*time.Second) {
+	case porcupine.Illegal:
+		k.illegal++
+	case porcupine.Unknown:
+		k.unknown++
+	}
+}
+
+// judge logs the tally of what ran (engine, say) and fails the test
+// unless, with the read claiming the token, every history is linearizable
+// and some stale write was refused, and, with the blind recipe (the
+// control), some history is illegal.
+func (k tally) judge(t *testing.T, what string, claim bool) {
+	t.Helper()
+	recipe := map[bool]string{true: "claim", false: "blind"}[claim]
+	t.Logf("%s, %s recipe: %d histories (%d operations), %d illegal, %d unknown; %d stale writes refused",
+		what, recipe, k.histories, k.ops, k.illegal, k.unknown, k.refused)
+	if claim && (k.illegal > 0 || k.unknown > 0) {
+		t.Errorf("%s: %d of %d histories illegal (%d unknown) with the reads claiming the token", what, k.illegal, k.histories, k.unknown)
+	}
+	if claim && k.refused == 0 {
+		t.Errorf("%s: no stale write was refused: the pauses did not overlap holders", what)
+	}
+	if !claim && k.illegal == 0 {
+		t.Errorf("%s: the blind recipe lost no update in %d histories: the test does not catch what it should", what, k.histories)
+	}
+}
+
 // TestFencingLinearizable checks, with porcupine, histories of holders
 // that pause past their lease between a read and a write, on every engine
 // the README gives the recipe for. With the read claiming the token, every
@@ -316,30 +355,12 @@ func TestFencingLinearizable(t *testing.T) {
 			}
 			for _, claim := range []bool{true, false} {
 				recipe := map[bool]string{true: "claim", false: "blind"}[claim]
-				var illegal, unknown, refused, nops int
+				var k tally
 				for h := range histories {
 					reset(t, res)
-					hist, n := history(t, c, fmt.Sprintf("%s-%d", recipe, h), res, claim, clients, ops)
-					refused += n
-					nops += len(hist)
-					switch porcupine.CheckOperationsTimeout(counterModel, hist, 30*time.Second) {
-					case porcupine.Illegal:
-						illegal++
-					case porcupine.Unknown:
-						unknown++
-					}
+					k.add(history(t, c, fmt.Sprintf("%s-%d", recipe, h), res, claim, clients, ops))
 				}
-				t.Logf("%s, %s recipe: %d histories (%d operations), %d illegal, %d unknown; %d stale writes refused",
-					engine, recipe, histories, nops, illegal, unknown, refused)
-				if claim && (illegal > 0 || unknown > 0) {
-					t.Errorf("%s: %d of %d histories illegal (%d unknown) with the reads claiming the token", engine, illegal, histories, unknown)
-				}
-				if claim && refused == 0 {
-					t.Errorf("%s: no stale write was refused: the pauses did not overlap holders", engine)
-				}
-				if !claim && illegal == 0 {
-					t.Errorf("%s: the blind recipe lost no update in %d histories: the test does not catch what it should", engine, histories)
-				}
+				k.judge(t, engine, claim)
 			}
 		})
 	}
