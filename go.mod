@@ -17,8 +17,15 @@ require (
 	github.com/seckilldev/seckill/lock v0.1.0
 	github.com/seckilldev/seckill/lock/goredis v0.1.0
 	github.com/seckilldev/seckill/lock/lockprom v0.1.0
+	github.com/valyala/fasthttp v1.78.0
 	golang.org/x/sync v0.25.0
 	modernc.org/sqlite v1.62.0
+)
+
+require (
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/molecule-man/go-brrr v1.3.1 // indirect
+	github.com/valyala/bytebufferpool v1.0.0 // indirect
 )
 
 require (
@@ -52,7 +59,7 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/term v0.48.0
-	golang.org/x/text v0.42.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect

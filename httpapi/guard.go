@@ -200,7 +200,7 @@ func (s *Server) serve(w *statusWriter, r *http.Request, methods map[string]http
 		writeError(w, seckill.Errorf("method_not_allowed", "%.20s is not allowed here", r.Method))
 		return
 	}
-	if api && s.addrLimit != nil && !s.isAdmin(r) {
+	if api && s.addrLimit != nil && !s.isAdmin(netHeader(r.Header)) {
 		if ok, wait := s.addrLimit.Allow(r.Context(), s.clientAddr(r)); !ok {
 			s.refused.addr.Inc()
 			writeError(w, &refusal{seckill.Errorf(codeRateLimited, "too many requests from this address"), wait})
@@ -285,9 +285,18 @@ func (s *Server) clientAddr(r *http.Request) netip.Addr {
 	if err != nil {
 		return netip.Addr{}
 	}
-	a := ap.Addr().Unmap()
+	return s.addrOf(ap.Addr(), netHeader(r.Header))
+}
+
+// addrOf is clientAddr for a request of either server front, from the
+// connection's peer.
+func (s *Server) addrOf(peer netip.Addr, h header) netip.Addr {
+	a := peer.Unmap()
+	if !a.IsValid() {
+		return a
+	}
 	if s.isTrusted(a) {
-		a = s.forwardedFor(r.Header["X-Forwarded-For"], a)
+		a = s.forwardedFor(h.values("X-Forwarded-For"), a)
 	}
 	if a.Is6() {
 		a = netip.PrefixFrom(a, 64).Masked().Addr()

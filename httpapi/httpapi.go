@@ -4,6 +4,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -66,6 +67,8 @@ type Server struct {
 	refused    refusals
 	mux        *http.ServeMux
 
+	grabObservers map[int]prometheus.Observer // of the grab route, for ServeFast
+
 	verifier  Verifier
 	userLimit Limiter[int64]
 	addrLimit Limiter[netip.Addr]
@@ -96,6 +99,7 @@ func New(s *sale.Service, adminToken string, health map[string]Health, log *slog
 	if registerer != nil {
 		registerer.MustRegister(srv.latency)
 	}
+	srv.grabObservers = grabObservers(srv.latency)
 	for _, o := range opts {
 		o(srv)
 	}
@@ -228,19 +232,31 @@ func (s *Server) grab(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	c, err := s.caller(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if c.Admin {
-		writeError(w, seckill.Errorf(seckill.EINVALID, "the admin does not grab: send the buyer's identity"))
-		return
-	}
-	g, err := s.sale.Grab(r.Context(), id, c.UserID)
+	var buf [64]byte
+	status, b, err := s.grabOf(r.Context(), id, netHeader(r.Header), buf[:0])
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	w.Header()["Content-Type"] = jsonType
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// grabOf grabs a unit of activity id for the caller the header names, and
+// returns the answer's status and body (appended to buf), or the error to
+// answer. It is the grab of both server fronts (see fast.go).
+func (s *Server) grabOf(ctx context.Context, id int64, h header, buf []byte) (int, []byte, error) {
+	c, err := s.callerOf(ctx, h)
+	if err != nil {
+		return 0, nil, err
+	}
+	if c.Admin {
+		return 0, nil, seckill.Errorf(seckill.EINVALID, "the admin does not grab: send the buyer's identity")
+	}
+	g, err := s.sale.Grab(ctx, id, c.UserID)
+	if err != nil {
+		return 0, nil, err
 	}
 	status := http.StatusAccepted
 	if !g.New {
@@ -248,13 +264,10 @@ func (s *Server) grab(w http.ResponseWriter, r *http.Request) {
 	}
 	// The hot path's reply, written by hand: it is the same few bytes for
 	// every buyer, and encoding/json would cost more than the grab.
-	var buf [64]byte
-	b := append(buf[:0], `{"order_id":"`...)
+	b := append(buf, `{"order_id":"`...)
 	b = strconv.AppendInt(b, g.OrderID, 10)
 	b = append(b, `","status":"pending"}`+"\n"...)
-	w.Header()["Content-Type"] = jsonType
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	return status, b, nil
 }
 
 var (
@@ -265,10 +278,14 @@ var (
 
 // fail answers an error from the service, logging the internal ones.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if seckill.ErrorCode(err) == seckill.EINTERNAL {
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	}
+	s.logInternal(r.Method, r.URL.Path, err)
 	writeError(w, err)
+}
+
+func (s *Server) logInternal(method, path string, err error) {
+	if seckill.ErrorCode(err) == seckill.EINTERNAL {
+		s.log.Error("request failed", "method", method, "path", path, "err", err)
+	}
 }
 
 // decode reads a JSON body into v, strictly: Content-Type application/json
@@ -341,28 +358,46 @@ func errorBody(code, message string) any {
 }
 
 func writeError(w http.ResponseWriter, err error) {
-	code := seckill.ErrorCode(err)
-	status, ok := codes[code]
-	if !ok {
-		status = http.StatusInternalServerError
-	}
-	body := errorJSON(code, seckill.ErrorMessage(err))
+	a := errorAnswerOf(err)
 	h := w.Header()
 	h["Content-Type"] = jsonType
+	if a.authenticate != nil {
+		h["Www-Authenticate"] = a.authenticate
+	}
+	if a.retryAfter != "" {
+		h.Set("Retry-After", a.retryAfter)
+	}
+	w.WriteHeader(a.status)
+	_, _ = w.Write(a.body)
+}
+
+// errorAnswer is the answer to an error, whichever server front writes it.
+type errorAnswer struct {
+	status       int
+	body         []byte
+	authenticate []string // WWW-Authenticate, with 401
+	retryAfter   string   // Retry-After, with 429 and 503 refusals
+}
+
+func errorAnswerOf(err error) errorAnswer {
+	code := seckill.ErrorCode(err)
+	a := errorAnswer{status: http.StatusInternalServerError, body: errorJSON(code, seckill.ErrorMessage(err))}
+	if status, ok := codes[code]; ok {
+		a.status = status
+	}
 	switch {
-	case status == http.StatusUnauthorized:
+	case a.status == http.StatusUnauthorized:
 		if code == codeTokenExpired || code == codeTokenInvalid {
-			h["Www-Authenticate"] = invalidToken
+			a.authenticate = invalidToken
 		} else {
-			h["Www-Authenticate"] = bearerRealm
+			a.authenticate = bearerRealm
 		}
-	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
+	case a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable:
 		if r, ok := errors.AsType[*refusal](err); ok {
-			h.Set("Retry-After", retryAfter(r.wait))
+			a.retryAfter = retryAfter(r.wait)
 		}
 	}
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	return a
 }
 
 // errorCache keeps the encoded bodies of recurring errors: after a sell-out

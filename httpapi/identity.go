@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
@@ -37,7 +38,12 @@ type caller struct {
 // 401 for a missing (token mode), expired, forged or wrong token, 403 for a
 // blocked user, 429 for one over their limit.
 func (s *Server) caller(r *http.Request) (caller, error) {
-	token, present, err := bearer(r.Header)
+	return s.callerOf(r.Context(), netHeader(r.Header))
+}
+
+// callerOf is caller for a request of either server front (see fast.go).
+func (s *Server) callerOf(ctx context.Context, h header) (caller, error) {
+	token, present, err := bearer(h)
 	if err != nil {
 		return caller{}, err
 	}
@@ -55,7 +61,7 @@ func (s *Server) caller(r *http.Request) (caller, error) {
 	case present:
 		return caller{}, seckill.Errorf(seckill.EUNAUTHORIZED, "the bearer token is not the admin token (buyers are named by X-User-ID)")
 	default:
-		if uid, err = headerUser(r.Header); err != nil {
+		if uid, err = headerUser(h); err != nil {
 			return caller{}, err
 		}
 	}
@@ -64,7 +70,7 @@ func (s *Server) caller(r *http.Request) (caller, error) {
 		return caller{}, seckill.Errorf(codeBlocked, "this user is blocked")
 	}
 	if s.userLimit != nil {
-		if ok, wait := s.userLimit.Allow(r.Context(), uid); !ok {
+		if ok, wait := s.userLimit.Allow(ctx, uid); !ok {
 			s.refused.user.Inc()
 			return caller{}, &refusal{seckill.Errorf(codeRateLimited, "too many requests from this user"), wait}
 		}
@@ -81,7 +87,7 @@ func tokenError(err error) error {
 
 // admin checks that r carries the admin token.
 func (s *Server) admin(r *http.Request) error {
-	token, present, err := bearer(r.Header)
+	token, present, err := bearer(netHeader(r.Header))
 	switch {
 	case err != nil:
 		return err
@@ -93,9 +99,9 @@ func (s *Server) admin(r *http.Request) error {
 	return nil
 }
 
-// isAdmin reports whether r carries the admin token.
-func (s *Server) isAdmin(r *http.Request) bool {
-	token, present, err := bearer(r.Header)
+// isAdmin reports whether a request's header carries the admin token.
+func (s *Server) isAdmin(h header) bool {
+	token, present, err := bearer(h)
 	return err == nil && present && s.isAdminToken(token)
 }
 
@@ -112,8 +118,8 @@ func (s *Server) isAdminToken(token string) bool {
 // bearer returns the token of the Authorization header, if there is one.
 // The scheme is case-insensitive (RFC 7235); any scheme but Bearer, and a
 // header sent twice, are errors.
-func bearer(h http.Header) (token string, present bool, err error) {
-	v := h["Authorization"]
+func bearer(h header) (token string, present bool, err error) {
+	v := h.values("Authorization")
 	switch len(v) {
 	case 0:
 		return "", false, nil
@@ -130,8 +136,8 @@ func bearer(h http.Header) (token string, present bool, err error) {
 }
 
 // headerUser parses X-User-ID, set by the shop's auth gateway.
-func headerUser(h http.Header) (int64, error) {
-	v := h["X-User-Id"]
+func headerUser(h header) (int64, error) {
+	v := h.values("X-User-Id")
 	switch len(v) {
 	case 0:
 		return 0, seckill.Errorf(seckill.EINVALID, "the X-User-ID header is required")
@@ -145,3 +151,14 @@ func headerUser(h http.Header) (int64, error) {
 	}
 	return id, nil
 }
+
+// header is what the guards read of a request's header: the values of a
+// key in canonical form. Requests of both server fronts have one: net/http's
+// (netHeader) and fasthttp's (fastHeader, fast.go).
+type header interface {
+	values(key string) []string
+}
+
+type netHeader http.Header
+
+func (h netHeader) values(key string) []string { return h[key] }

@@ -92,9 +92,10 @@ type Engine struct {
 	closed  bool
 
 	// mu guards combiners and each combiner's running count: a grab takes
-	// its combiner, and an idle combiner goroutine ends, under mu (see
-	// combiner.retire).
-	mu        sync.Mutex
+	// its combiner under mu (for reading while the combiner runs, for
+	// writing to create it or start its goroutines), and an idle combiner
+	// goroutine ends under mu held for writing (see combiner.retire).
+	mu        sync.RWMutex
 	combiners map[int64]*combiner
 }
 
@@ -179,6 +180,15 @@ func (e *Engine) Grab(ctx context.Context, activityID, uid int64) (Result, error
 // restarts goroutines that ended while it was idle. The caller holds
 // e.closing for reading.
 func (e *Engine) combiner(activityID int64) *combiner {
+	// The common case, a crowd on a running combiner, shares the lock:
+	// retire, which could end its goroutines, waits for it.
+	e.mu.RLock()
+	if c := e.combiners[activityID]; c != nil && c.running >= e.cfg.Pipelines {
+		c.users.Add(1)
+		e.mu.RUnlock()
+		return c
+	}
+	e.mu.RUnlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	c := e.combiners[activityID]

@@ -6,16 +6,18 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
-// drainer gives an http.Server a shutdown that answers every request it
-// accepted and leaves no keep-alive client guessing.
+// drainer gives serve's server a shutdown that answers every request it
+// accepted and leaves no keep-alive client guessing (the server's Handler
+// is wrapped by handler, and its ConnState is connState).
 //
-// http.Server.Shutdown alone closes idle connections at once, and it drops
+// fasthttp's Shutdown alone closes idle connections at once, and it drops
 // unanswered a request it reads while shutting down. A client of a busy
 // connection whose last answer came without "Connection: close" sends its
 // next request on it, and gets a transport error instead of an answer (the
@@ -32,35 +34,35 @@ type drainer struct {
 }
 
 type connInfo struct {
-	state atomic.Int32 // http.ConnState
+	state atomic.Int32 // fasthttp.ConnState
 	since atomic.Int64 // when it entered state, in Unix nanoseconds
 }
 
-func (ci *connInfo) set(s http.ConnState) {
+func (ci *connInfo) set(s fasthttp.ConnState) {
 	ci.state.Store(int32(s))
 	ci.since.Store(time.Now().UnixNano())
 }
 
 // handler wraps h: in the lame duck, every response carries Connection:
 // close.
-func (d *drainer) handler(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func (d *drainer) handler(h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		h(ctx)
 		if d.lameDuck.Load() {
-			w.Header().Set("Connection", "close")
+			ctx.SetConnectionClose()
 		}
-		h.ServeHTTP(w, r)
-	})
+	}
 }
 
 // connState is the server's ConnState hook. A connection's own changes touch
 // only its own entry, so the hot path takes no lock.
-func (d *drainer) connState(c net.Conn, s http.ConnState) {
+func (d *drainer) connState(c net.Conn, s fasthttp.ConnState) {
 	switch s {
-	case http.StateNew:
+	case fasthttp.StateNew:
 		ci := &connInfo{}
 		ci.set(s)
 		d.conns.Store(c, ci)
-	case http.StateClosed, http.StateHijacked:
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
 		d.conns.Delete(c)
 	default:
 		if v, ok := d.conns.Load(c); ok {
@@ -76,7 +78,7 @@ func (d *drainer) busy(quiet time.Duration) (busy, open int) {
 	d.conns.Range(func(_, v any) bool {
 		ci := v.(*connInfo)
 		open++
-		if http.ConnState(ci.state.Load()) == http.StateActive || ci.since.Load() > settled {
+		if fasthttp.ConnState(ci.state.Load()) == fasthttp.StateActive || ci.since.Load() > settled {
 			busy++
 		}
 		return true
@@ -88,7 +90,7 @@ func (d *drainer) busy(quiet time.Duration) (busy, open int) {
 // it closes ln, waits in the lame duck until only connections idle for
 // idle are left, then shuts srv down. timeout bounds the whole drain;
 // connections still busy then are cut, and drain says so in its error.
-func (d *drainer) drain(srv *http.Server, ln net.Listener, serveDone <-chan error, timeout, idle time.Duration, log *slog.Logger) error {
+func (d *drainer) drain(srv *fasthttp.Server, ln net.Listener, serveDone <-chan error, timeout, idle time.Duration, log *slog.Logger) error {
 	began := time.Now()
 	deadline := began.Add(timeout)
 	// The listener first: a client told to close would otherwise dial
@@ -116,11 +118,20 @@ func (d *drainer) drain(srv *http.Server, ln net.Listener, serveDone <-chan erro
 
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
+	// The listener is closed already: Shutdown's error for it is expected.
+	if err := srv.ShutdownWithContext(ctx); err != nil && !errors.Is(err, net.ErrClosed) {
 		_, open := d.busy(0)
-		_ = srv.Close()
+		d.cut()
 		return fmt.Errorf("drain: %d connections still busy after --drain-timeout %v; cut", open, timeout)
 	}
 	log.Info("drained: every accepted request answered", "took", time.Since(began).Round(time.Millisecond))
 	return nil
+}
+
+// cut closes every connection still open.
+func (d *drainer) cut() {
+	d.conns.Range(func(c, _ any) bool {
+		_ = c.(net.Conn).Close()
+		return true
+	})
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
 
 	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/stock"
@@ -284,13 +285,13 @@ func TestDrainLameDuck(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
 	var d drainer
-	srv := &http.Server{ConnState: d.connState, Handler: d.handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
+	srv := &fasthttp.Server{ConnState: d.connState, Handler: d.handler(func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) == "/slow" {
 			entered <- struct{}{}
 			<-release
 		}
-		io.WriteString(w, "ok")
-	}))}
+		ctx.WriteString("ok")
+	})}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(ln) }()
 
@@ -365,10 +366,10 @@ func TestDrainTimeout(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{})
 	var d drainer
-	srv := &http.Server{ConnState: d.connState, Handler: d.handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := &fasthttp.Server{ConnState: d.connState, Handler: d.handler(func(ctx *fasthttp.RequestCtx) {
 		close(entered)
 		<-release
-	}))}
+	})}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(ln) }()
 	got := make(chan error, 1)

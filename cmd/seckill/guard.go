@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/seckilldev/seckill/auth"
 	"github.com/seckilldev/seckill/httpapi"
@@ -67,11 +72,11 @@ func (g *guardFlags) register(fs flagSet) {
 	fs.IntVar(&g.ipBurst, "ip-burst", 0, "requests a client address may send at once (default: --ip-rate rounded up)")
 	fs.StringVar(&g.rateStore, "rate-limit-store", "local", "where the rate limits are kept: local (per instance, in memory) or redis (across instances: one Redis round trip per request)")
 	fs.StringVar(&g.proxies, "trusted-proxies", "", "comma-separated addresses or CIDRs of proxies whose X-Forwarded-For is believed for the client address (default: none; the peer is the client)")
-	fs.DurationVar(&g.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout, "time a client has to send a request's headers")
-	fs.DurationVar(&g.readTimeout, "read-timeout", defaultReadTimeout, "time a client has to send a whole request, body included; a slower one is cut off")
-	fs.DurationVar(&g.writeTimeout, "write-timeout", defaultWriteTimeout, "time from the end of a request's headers to the end of its answer")
+	fs.DurationVar(&g.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout, "time a client has to send a request's line and headers, from its first byte (on a new connection: from its opening); a slower one gets 408 and is closed")
+	fs.DurationVar(&g.readTimeout, "read-timeout", defaultReadTimeout, "time a client has to send a request's body, from the end of its headers (a body is read whole before any handler runs); a slower one gets 408 and is closed")
+	fs.DurationVar(&g.writeTimeout, "write-timeout", defaultWriteTimeout, "time the writing of an answer may take (a client that does not read is cut off); a streamed answer (the dashboard's events) extends it as it goes")
 	fs.DurationVar(&g.idleTimeout, "idle-timeout", defaultIdleTimeout, "time an idle keep-alive connection is kept open")
-	fs.IntVar(&g.maxHeaderBytes, "max-header-bytes", defaultMaxHeaderBytes, "bound on a request's line and headers, in bytes (beyond: 431)")
+	fs.IntVar(&g.maxHeaderBytes, "max-header-bytes", defaultMaxHeaderBytes, "bound on a request's line and headers, in bytes (beyond: 431); each connection reads into a buffer of this size")
 	fs.Int64Var(&g.maxBody, "max-body", httpapi.DefaultMaxBody, "bound on a request body, in bytes (beyond: 413)")
 	fs.IntVar(&g.maxInFlight, "max-in-flight", httpapi.DefaultMaxInFlight, "requests handled at once; beyond: 503 overloaded, at once")
 }
@@ -227,9 +232,66 @@ func (g *guardFlags) apiOptions(ctx context.Context, bk *backends, prefix string
 }
 
 // server returns the HTTP server with the timeouts and bounds of g.
-func (g *guardFlags) server(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: g.readHeaderTimeout, ReadTimeout: g.readTimeout,
-		WriteTimeout: g.writeTimeout, IdleTimeout: g.idleTimeout, MaxHeaderBytes: g.maxHeaderBytes}
+// server is serve's HTTP server: fasthttp, on which the API answers grabs
+// itself (front, httpapi.Server.ServeFast) and every other request goes to
+// h through fasthttpadaptor. The bounds: --read-header-timeout from a
+// request's first byte to the end of its headers, then --read-timeout for
+// its body; a body is read whole before a handler runs, within --max-body;
+// the line and headers within --max-header-bytes.
+func (g *guardFlags) server(front func(*fasthttp.RequestCtx) bool, h http.Handler, d *drainer, log *slog.Logger) *fasthttp.Server {
+	slow := fasthttpadaptor.NewFastHTTPHandler(h)
+	return &fasthttp.Server{
+		Handler: d.handler(func(ctx *fasthttp.RequestCtx) {
+			if !front(ctx) {
+				slow(ctx)
+			}
+		}),
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: g.readTimeout}
+		},
+		ErrorHandler:          frontError(g.maxBody),
+		ConnState:             d.connState,
+		ReadTimeout:           g.readHeaderTimeout,
+		WriteTimeout:          g.writeTimeout,
+		IdleTimeout:           g.idleTimeout,
+		ReadBufferSize:        g.maxHeaderBytes,
+		MaxRequestBodySize:    int(g.maxBody),
+		NoDefaultServerHeader: true,
+		CloseOnShutdown:       true,
+		Logger:                fastLogger{log},
+	}
+}
+
+// frontError answers what the server refuses before any handler: a body
+// beyond --max-body (413, as the API answers it), a line or headers beyond
+// --max-header-bytes (431), a request not sent in time (408), one that is
+// not HTTP (400). The connection closes after, lingering when the client
+// may still be sending (see lingerConn).
+func frontError(maxBody int64) func(ctx *fasthttp.RequestCtx, err error) {
+	return func(ctx *fasthttp.RequestCtx, err error) {
+		var small *fasthttp.ErrSmallBuffer
+		var netErr net.Error
+		switch {
+		case errors.Is(err, fasthttp.ErrBodyTooLarge):
+			lingerOnClose(ctx.Conn())
+			httpapi.FastError(ctx, httpapi.TooLarge(maxBody))
+		case errors.As(err, &small):
+			lingerOnClose(ctx.Conn())
+			ctx.Error("431 Request Header Fields Too Large", fasthttp.StatusRequestHeaderFieldsTooLarge)
+		case errors.As(err, &netErr) && netErr.Timeout():
+			ctx.Error("408 Request Timeout", fasthttp.StatusRequestTimeout)
+		default:
+			ctx.Error("400 Bad Request", fasthttp.StatusBadRequest)
+		}
+	}
+}
+
+// fastLogger passes fasthttp's own messages (connection errors) to the
+// log at debug level: they are the clients' doing.
+type fastLogger struct{ log *slog.Logger }
+
+func (l fastLogger) Printf(format string, args ...any) {
+	l.log.Debug("http server", "msg", fmt.Sprintf(format, args...))
 }
 
 // buyers is how demo and bench name the users of their crowds: by

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -121,8 +120,9 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 		return usagef("--listen: %v", err)
 	}
 	// The server's timeouts, applied lazily: see package lazyconn.
-	ln := lazyconn.Listen(tcp, 0)
-	defer ln.Close()
+	lazy := lazyconn.Listen(tcp, 0)
+	defer lazy.Close()
+	ln := lingerListener{lazy}
 
 	bk, err := c.backend.open(ctx, log)
 	if err != nil {
@@ -151,8 +151,7 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 	api := httpapi.New(svc, c.adminToken, health(bk, (secrets{}).add(c.backend.secrets()...)), log, reg, reg, apiOpts...)
 	dash := newDashboard(c, bk, saleMetrics, api, log)
 	var dr drainer
-	srv := c.guard.server(dr.handler(dash.Mount(api)))
-	srv.ConnState = dr.connState
+	srv := c.guard.server(api.ServeFast, dash.Mount(api), &dr, log)
 
 	// background work stops when bgCtx ends, after the HTTP server drained.
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -212,9 +211,6 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 	// Every grab is answered: the worker now writes what the streams hold.
 	stopBG()
 	wg.Wait()
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
 	log.Info("stopped")
 	return err
 }
