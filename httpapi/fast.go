@@ -5,13 +5,9 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
-
-	"github.com/seckilldev/seckill"
 )
 
 // The fast front. In a sale nearly every request is a grab, and net/http
@@ -39,12 +35,7 @@ func (s *Server) ServeFast(ctx *fasthttp.RequestCtx) bool {
 		return false
 	}
 	began := time.Now()
-	status := s.fastGrab(ctx, id)
-	o := s.grabObservers[status/100]
-	if o == nil {
-		o = s.latency.WithLabelValues("grab", strconv.Itoa(status/100)+"xx")
-	}
-	o.Observe(time.Since(began).Seconds())
+	s.grabLatency.observe(s.fastGrab(ctx, id), began)
 	return true
 }
 
@@ -62,40 +53,33 @@ func grabPath(p []byte) (int64, bool) {
 		return 0, false
 	}
 	digits, ok := bytes.CutSuffix(rest, grabSuffix)
-	if !ok || len(digits) == 0 || len(digits) > 19 {
+	if !ok {
 		return 0, false
 	}
-	var buf [19]byte
-	return parsePositive(string(append(buf[:0], digits...)))
+	return parsePositive(string(digits))
 }
 
-// fastGrab answers a grab and returns its status: serve's checks, then the
-// grab route's.
+// fastGrab answers a grab and returns its status: the checks of serve
+// (guard.go), then the grab route's.
 func (s *Server) fastGrab(ctx *fasthttp.RequestCtx, id int64) int {
-	if s.inFlight.Add(1) > s.maxInFlight {
-		s.inFlight.Add(-1)
-		s.refused.overloaded.Inc()
-		return fastError(ctx, errOverloaded)
+	if err := s.enter(); err != nil {
+		return FastError(ctx, err)
 	}
-	defer s.inFlight.Add(-1)
+	defer s.leave()
 	h := fastHeader{&ctx.Request.Header}
-	if s.addrLimit != nil && !s.isAdmin(h) {
-		if ok, wait := s.addrLimit.Allow(ctx, s.addrOf(peerAddr(ctx.RemoteAddr()), h)); !ok {
-			s.refused.addr.Inc()
-			return fastError(ctx, &refusal{seckill.Errorf(codeRateLimited, "too many requests from this address"), wait})
-		}
+	if err := s.limitAddr(ctx, h, func() netip.Addr { return s.addrOf(peerAddr(ctx.RemoteAddr()), h) }); err != nil {
+		return FastError(ctx, err)
 	}
 	// fasthttp has read the body already, within the server's bound;
 	// the API's may be lower.
-	if int64(len(ctx.Request.Body())) > s.maxBody {
-		s.refused.tooLarge.Inc()
-		return fastError(ctx, TooLarge(s.maxBody))
+	if err := s.bound(int64(len(ctx.Request.Body()))); err != nil {
+		return FastError(ctx, err)
 	}
 	var buf [64]byte
 	status, b, err := s.grabOf(ctx, id, h, buf[:0])
 	if err != nil {
 		s.logInternal(http.MethodPost, string(ctx.Path()), err)
-		return fastError(ctx, err)
+		return FastError(ctx, err)
 	}
 	ctx.Response.Header.SetContentTypeBytes(jsonBytes)
 	ctx.SetStatusCode(status)
@@ -103,9 +87,10 @@ func (s *Server) fastGrab(ctx *fasthttp.RequestCtx, id int64) int {
 	return status
 }
 
-// fastError writes the answer to err, as writeError does, and returns its
-// status.
-func fastError(ctx *fasthttp.RequestCtx, err error) int {
+// FastError writes the answer to err on a fasthttp request, as writeError
+// does on net/http, and returns its status. serve uses it too, for what
+// its server refuses before any handler (a body too large).
+func FastError(ctx *fasthttp.RequestCtx, err error) int {
 	a := errorAnswerOf(err)
 	ctx.Response.Header.SetContentTypeBytes(jsonBytes)
 	for _, v := range a.authenticate {
@@ -117,15 +102,6 @@ func fastError(ctx *fasthttp.RequestCtx, err error) int {
 	ctx.SetStatusCode(a.status)
 	ctx.SetBody(a.body)
 	return a.status
-}
-
-// FastError writes the answer to err on a fasthttp request: for a server
-// front's errors that no handler saw (a request too large or too slow).
-func FastError(ctx *fasthttp.RequestCtx, err error) { fastError(ctx, err) }
-
-// TooLarge is the error of a body beyond limit bytes (413 too_large).
-func TooLarge(limit int64) error {
-	return seckill.Errorf(codeTooLarge, "the request body exceeds %d bytes", limit)
 }
 
 // fastHeader is a fasthttp request's header, as the guards read it.
@@ -154,13 +130,4 @@ func peerAddr(a net.Addr) netip.Addr {
 		return netip.Addr{}
 	}
 	return ap.Addr()
-}
-
-// grabObservers are the grab route's latency observers by status class.
-func grabObservers(latency *prometheus.HistogramVec) map[int]prometheus.Observer {
-	o := map[int]prometheus.Observer{}
-	for _, class := range []int{2, 4, 5} {
-		o[class] = latency.WithLabelValues("grab", strconv.Itoa(class)+"xx")
-	}
-	return o
 }

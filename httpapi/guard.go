@@ -159,22 +159,39 @@ func (s *Server) handle(pattern, name string, methods map[string]http.HandlerFun
 		allow = append(allow, http.MethodHead)
 	}
 	allowed := strings.Join(allow, ", ")
-	// The classes this API answers, resolved once; a 1xx or 3xx would be
-	// a surprise and is looked up when it happens.
-	observers := map[int]prometheus.Observer{}
-	for _, class := range []int{2, 4, 5} {
-		observers[class] = s.latency.WithLabelValues(name, strconv.Itoa(class)+"xx")
-	}
+	latency := s.routeLatency(name)
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		began := time.Now()
 		sw := statusWriter{ResponseWriter: w, status: http.StatusOK}
 		s.serve(&sw, r, methods, allowed, api)
-		o := observers[sw.status/100]
-		if o == nil {
-			o = s.latency.WithLabelValues(name, strconv.Itoa(sw.status/100)+"xx")
-		}
-		o.Observe(time.Since(began).Seconds())
+		latency.observe(sw.status, began)
 	})
+}
+
+// routeLatency is a route's part of the latency histogram.
+type routeLatency struct {
+	vec  *prometheus.HistogramVec
+	name string
+	// The classes this API answers, resolved once; a 1xx or 3xx would be
+	// a surprise and is looked up when it happens.
+	classes map[int]prometheus.Observer
+}
+
+func (s *Server) routeLatency(name string) routeLatency {
+	l := routeLatency{vec: s.latency, name: name, classes: map[int]prometheus.Observer{}}
+	for _, class := range []int{2, 4, 5} {
+		l.classes[class] = s.latency.WithLabelValues(name, strconv.Itoa(class)+"xx")
+	}
+	return l
+}
+
+// observe records a request answered with status that began then.
+func (l routeLatency) observe(status int, began time.Time) {
+	o := l.classes[status/100]
+	if o == nil {
+		o = l.vec.WithLabelValues(l.name, strconv.Itoa(status/100)+"xx")
+	}
+	o.Observe(time.Since(began).Seconds())
 }
 
 func (s *Server) serve(w *statusWriter, r *http.Request, methods map[string]http.HandlerFunc, allowed string, api bool) {
@@ -184,13 +201,11 @@ func (s *Server) serve(w *statusWriter, r *http.Request, methods map[string]http
 		b := &body{ReadCloser: http.MaxBytesReader(w.ResponseWriter, r.Body, s.maxBody)}
 		r.Body, w.body = b, b
 	}
-	if s.inFlight.Add(1) > s.maxInFlight {
-		s.inFlight.Add(-1)
-		s.refused.overloaded.Inc()
-		writeError(w, errOverloaded)
+	if err := s.enter(); err != nil {
+		writeError(w, err)
 		return
 	}
-	defer s.inFlight.Add(-1)
+	defer s.leave()
 	h := methods[r.Method]
 	if h == nil && r.Method == http.MethodHead {
 		h = methods[http.MethodGet]
@@ -200,19 +215,59 @@ func (s *Server) serve(w *statusWriter, r *http.Request, methods map[string]http
 		writeError(w, seckill.Errorf("method_not_allowed", "%.20s is not allowed here", r.Method))
 		return
 	}
-	if api && s.addrLimit != nil && !s.isAdmin(netHeader(r.Header)) {
-		if ok, wait := s.addrLimit.Allow(r.Context(), s.clientAddr(r)); !ok {
-			s.refused.addr.Inc()
-			writeError(w, &refusal{seckill.Errorf(codeRateLimited, "too many requests from this address"), wait})
+	if api {
+		if err := s.limitAddr(r.Context(), netHeader(r.Header), func() netip.Addr { return s.clientAddr(r) }); err != nil {
+			writeError(w, err)
 			return
 		}
 	}
-	if r.ContentLength > s.maxBody {
-		s.refused.tooLarge.Inc()
-		writeError(w, seckill.Errorf(codeTooLarge, "the request body exceeds %d bytes", s.maxBody))
+	if err := s.bound(r.ContentLength); err != nil {
+		writeError(w, err)
 		return
 	}
 	h(w, r)
+}
+
+// The checks of every API request, in this order, on both server fronts
+// (see fast.go): enter (requests in flight; leave when done), limitAddr,
+// bound.
+
+func (s *Server) enter() error {
+	if s.inFlight.Add(1) > s.maxInFlight {
+		s.inFlight.Add(-1)
+		s.refused.overloaded.Inc()
+		return errOverloaded
+	}
+	return nil
+}
+
+func (s *Server) leave() { s.inFlight.Add(-1) }
+
+// limitAddr applies the rate per client address (addr, asked only when
+// there is a limit) to a request that does not carry the admin token.
+func (s *Server) limitAddr(ctx context.Context, h header, addr func() netip.Addr) error {
+	if s.addrLimit == nil || s.isAdmin(h) {
+		return nil
+	}
+	if ok, wait := s.addrLimit.Allow(ctx, addr()); !ok {
+		s.refused.addr.Inc()
+		return &refusal{seckill.Errorf(codeRateLimited, "too many requests from this address"), wait}
+	}
+	return nil
+}
+
+// bound refuses a body of n bytes beyond the API's bound.
+func (s *Server) bound(n int64) error {
+	if n > s.maxBody {
+		s.refused.tooLarge.Inc()
+		return TooLarge(s.maxBody)
+	}
+	return nil
+}
+
+// TooLarge is the error of a body beyond limit bytes (413 too_large).
+func TooLarge(limit int64) error {
+	return seckill.Errorf(codeTooLarge, "the request body exceeds %d bytes", limit)
 }
 
 // body is a request body bounded in size that remembers whether it was

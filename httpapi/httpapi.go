@@ -67,7 +67,7 @@ type Server struct {
 	refused    refusals
 	mux        *http.ServeMux
 
-	grabObservers map[int]prometheus.Observer // of the grab route, for ServeFast
+	grabLatency routeLatency // the grab route's, for ServeFast
 
 	verifier  Verifier
 	userLimit Limiter[int64]
@@ -99,7 +99,7 @@ func New(s *sale.Service, adminToken string, health map[string]Health, log *slog
 	if registerer != nil {
 		registerer.MustRegister(srv.latency)
 	}
-	srv.grabObservers = grabObservers(srv.latency)
+	srv.grabLatency = srv.routeLatency("grab")
 	for _, o := range opts {
 		o(srv)
 	}
