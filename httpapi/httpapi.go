@@ -263,10 +263,17 @@ func (s *Server) grabOf(ctx context.Context, id int64, h header, buf []byte) (in
 		status = http.StatusOK
 	}
 	// The hot path's reply, written by hand: it is the same few bytes for
-	// every buyer, and encoding/json would cost more than the grab.
+	// every buyer, and encoding/json would cost more than the grab. A new
+	// order is pending (accepted, not yet written); of an order the buyer
+	// already holds the grab knows only the id, not what became of it (it
+	// may be paid, or expired), so it claims no state: GET /orders/{id}.
 	b := append(buf, `{"order_id":"`...)
 	b = strconv.AppendInt(b, g.OrderID, 10)
-	b = append(b, `","status":"pending"}`+"\n"...)
+	if g.New {
+		b = append(b, `","status":"pending"}`+"\n"...)
+	} else {
+		b = append(b, `"}`+"\n"...)
+	}
 	return status, b, nil
 }
 

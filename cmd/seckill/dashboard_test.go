@@ -22,8 +22,9 @@ import (
 
 // The dashboard in a real browser (headless Chromium), during a real sale
 // on serve with Redis and PostgreSQL: the page follows the stock from 100
-// down to 0, counts 100 accepted grabs, and the admin view shows the
-// checker's verdict. A screenshot is left in the temporary directory.
+// down to 0, counts 100 accepted grabs, and the admin view, whose form
+// created the sale, shows the checker's verdict. A screenshot is left in
+// the temporary directory.
 func TestDashboardInBrowser(t *testing.T) {
 	testenv.NeedBinary(t, "chromium") // Debian: apt-get install chromium
 	redisURL := "redis://" + testenv.RedisAddr(t)
@@ -96,10 +97,22 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS("#token"), in.token),
 		chromedp.Click(chromedp.CSS("#token-form button"))) // not form.submit(): that skips the page's handler
 	waitFor("the token taken", `document.getElementById("token-state").textContent.startsWith("token set")`)
+	// The sale is created with the admin view's form.
 	const stock = 100
-	startsIn := 2 * time.Second
-	startsAt := time.Now().Add(startsIn)
-	id := in.createActivity(stock, startsIn)
+	do("create the sale with the admin form",
+		chromedp.SetValue(chromedp.CSS(`#create-form input[name="stock"]`), fmt.Sprint(stock)),
+		chromedp.SetValue(chromedp.CSS(`#create-form input[name="starts_in"]`), "2"),
+		chromedp.Click(chromedp.CSS("#create-form button")))
+	waitFor("the form created the sale", `document.getElementById("create-result").textContent.startsWith("created activity #")`)
+	var id int64
+	if _, err := fmt.Sscanf(text("#create-result"), "created activity #%d,", &id); err != nil {
+		t.Fatalf("the form said %q: %v", text("#create-result"), err)
+	}
+	r := in.do("GET", fmt.Sprintf("/api/v1/activities/%d", id), nil, "")
+	startsAt, err := time.Parse(time.RFC3339Nano, fmt.Sprint(r.body["starts_at"]))
+	if r.status != http.StatusOK || r.body["stock"] != float64(stock) || err != nil {
+		t.Fatalf("the sale the form created: %d %v %v", r.status, r.body, err)
+	}
 	waitFor("the page shows the new sale, full", fmt.Sprintf(`document.getElementById("activity-title").textContent.endsWith("(#%d)") &&
 		document.getElementById("remaining-redis").textContent === "%d"`, id, stock))
 

@@ -107,6 +107,12 @@ func TestOneUserFiftyClicks(t *testing.T) {
 			if s := in.waitOrders(map[string]int64{oid: 4242})[oid]; s != "confirmed" {
 				t.Errorf("stock %d: order status %s", stockN, s)
 			}
+			// Clicking again names the order and claims no state of it (it
+			// said "pending" of confirmed and paid orders).
+			r := in.grab(id, 4242)
+			if _, claims := r.body["status"]; r.status != http.StatusOK || r.body["order_id"] != oid || claims {
+				t.Errorf("stock %d: a click on a confirmed order: %d %v, want 200 with the order id only", stockN, r.status, r.body)
+			}
 		}
 		if got := dbRemaining(t, be.dbURL, id); got != stockN-1 {
 			t.Errorf("stock %d: remaining in the database %d, want %d", stockN, got, stockN-1)
