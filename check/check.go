@@ -88,15 +88,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.ActivityID <= 0 {
 		return nil, errors.New("check: ActivityID must be positive")
 	}
-	st, err := readDB(ctx, cfg.DB, cfg.ActivityID)
-	if err != nil {
-		return nil, err
-	}
+	// Redis is read before the database, so that a check run during a
+	// sale counts no unit twice: a grab still unwritten when the database
+	// is read was already in the stream when Redis was, and an order the
+	// database holds live was not given back before Redis was read. Read
+	// the other way round, an order cancelled and its unit sold again
+	// between the two reads would be counted live and pending at once (a
+	// false oversell), and an order written and acknowledged between them
+	// neither written nor pending (a false lost order).
 	var rs *redisState
+	var err error
 	if cfg.Redis != nil {
 		if rs, err = readRedis(ctx, cfg.Redis, cfg.Prefix, cfg.ActivityID); err != nil {
 			return nil, err
 		}
+	}
+	st, err := readDB(ctx, cfg.DB, cfg.ActivityID)
+	if err != nil {
+		return nil, err
 	}
 	rep := &Report{
 		ActivityID:     cfg.ActivityID,

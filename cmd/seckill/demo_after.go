@@ -20,6 +20,11 @@ type afterReport struct {
 	LateRequests int64                 `json:"late_requests"`
 	Resold       int                   `json:"resold"`
 	LateWinners  *loadgen.SettleReport `json:"late_winners"`
+	// Oversell samples the checker's I1 (live + pending <= stock) once a
+	// round while units come back and are sold again.
+	Oversell struct {
+		Samples, Violations int
+	} `json:"oversell"`
 }
 
 // afterTheGrab plays the order's life after the sell-out: the winners pay,
@@ -88,16 +93,22 @@ func afterTheGrab(ctx context.Context, c demoConfig, base string, id int64, winn
 			default:
 			}
 		}
-		if winnersDone && time.Now().After(expired) && len(fresh) == 0 {
-			// On a loaded machine the expiry job may act later than the
-			// grace above, and a unit may be on its way back to Redis.
-			st, err := status(ctx)
-			if err != nil {
-				return rep, fmt.Errorf("late crowd: %w", err)
-			}
-			if st.Expired >= int64(rep.Winners.Unpaid) && st.ReturnsPending == 0 && (st.RedisRemaining == nil || *st.RedisRemaining <= 0) {
-				break
-			}
+		// The checker, while the sale goes on: no moment may see more
+		// units held (paid, confirmed, pending) than the stock.
+		st, err := status(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("late crowd: %w", err)
+		}
+		rep.Oversell.Samples++
+		if r, ok := st.Result(check.NoOversell); ok && !r.Held {
+			rep.Oversell.Violations++
+			say("the checker sees an oversell while units come back: %s", r.Detail)
+		}
+		// On a loaded machine the expiry job may act later than the
+		// grace above, and a unit may be on its way back to Redis.
+		if winnersDone && time.Now().After(expired) && len(fresh) == 0 &&
+			st.Expired >= int64(rep.Winners.Unpaid) && st.ReturnsPending == 0 && (st.RedisRemaining == nil || *st.RedisRemaining <= 0) {
+			break
 		}
 		if time.Since(began) > c.payWithin+time.Minute {
 			return rep, fmt.Errorf("late crowd: units still coming back after %s", time.Since(began).Round(time.Second))
@@ -116,7 +127,8 @@ func afterTheGrab(ctx context.Context, c demoConfig, base string, id int64, winn
 			lw.Refused[k] += v
 		}
 	}
-	say("late crowd: %d requests; %d units sold again, %d paid", rep.LateRequests, rep.Resold, rep.LateWinners.Paid)
+	say("late crowd: %d requests; %d units sold again, %d paid; the checker's I1 sampled %d times meanwhile, %d oversold",
+		rep.LateRequests, rep.Resold, rep.LateWinners.Paid, rep.Oversell.Samples, rep.Oversell.Violations)
 	return rep, nil
 }
 

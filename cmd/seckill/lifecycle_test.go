@@ -257,6 +257,9 @@ func TestResale(t *testing.T) {
 			if r := rep.After.LateWinners; rep.After.Resold != 50 || r.Paid != 50 || r.Unequal != 0 || r.Errors != 0 {
 				t.Errorf("late winners: %+v", r)
 			}
+			if o := rep.After.Oversell; o.Samples == 0 || o.Violations != 0 {
+				t.Errorf("the checker's I1 while units came back: %d samples, %d oversold; want some and none", o.Samples, o.Violations)
+			}
 		})
 	}
 }
