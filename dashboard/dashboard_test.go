@@ -102,7 +102,8 @@ func newRig(t *testing.T, tune func(*dashboard.Config)) *rig {
 
 func (r *rig) createSale(t *testing.T, stockN int64) int64 {
 	t.Helper()
-	a := seckill.Activity{Name: "dash", Stock: stockN, StartsAt: time.Now().Add(-time.Second), EndsAt: time.Now().Add(time.Hour)}
+	a := seckill.Activity{Name: "dash", Stock: stockN, StartsAt: time.Now().Add(-time.Second), EndsAt: time.Now().Add(time.Hour),
+		PayWithin: time.Hour}
 	if err := r.svc.CreateActivity(context.Background(), &a); err != nil {
 		t.Fatal(err)
 	}
@@ -231,9 +232,29 @@ func TestDashboardFollowsASale(t *testing.T) {
 	if o.ActivityID != id {
 		t.Errorf("last order %+v is not of activity %d", o, id)
 	}
-	if a.StatesError == "" && a.States[seckill.OrderConfirmed] == 0 {
-		t.Logf("orders by state not counted yet: %+v", a.States) // counted every 2s
+	// The orders by state follow the lifecycle: the first buyer pays, the
+	// second cancels (counted every 2s).
+	ctx := context.Background()
+	for uid, settle := range map[int64]func(oid int64) (seckill.Order, error){
+		1: func(oid int64) (seckill.Order, error) { return r.svc.Pay(ctx, oid, 1, "dash-1", "") },
+		2: func(oid int64) (seckill.Order, error) { return r.svc.Cancel(ctx, oid, 2) },
+	} {
+		orders, err := r.svc.UserOrders(ctx, uid, seckill.Cursor{}, 10)
+		if err != nil || len(orders) != 1 {
+			t.Fatalf("user %d's orders: %+v %v", uid, orders, err)
+		}
+		if _, err := settle(orders[0].ID); err != nil {
+			t.Fatalf("user %d settles: %v", uid, err)
+		}
 	}
+	testenv.WaitFor(t, "the dashboard counts one order paid and one cancelled", func() bool {
+		f := pages[0].last()
+		if len(f.Activities) == 0 || f.Activities[0].ID != id {
+			return false
+		}
+		a = f.Activities[0]
+		return a.States[seckill.OrderConfirmed] == stockN-2 && a.States[seckill.OrderPaid] == 1 && a.States[seckill.OrderCancelled] == 1
+	})
 
 	// One computation per tick, whatever the number of pages: the same
 	// bytes reached every page, and the database was listed at most once
