@@ -55,6 +55,9 @@ const MinSecretLen = 32
 const MaxTokenLen = 8 << 10
 
 // Config configures a Verifier. At least one of Secret and JWKS is set.
+// NoLeeway, as Config.Leeway, allows no clock skew at all on exp and nbf.
+const NoLeeway time.Duration = -1
+
 type Config struct {
 	// Secret verifies HS256 tokens; at least MinSecretLen bytes.
 	Secret []byte
@@ -72,7 +75,8 @@ type Config struct {
 	Audience string
 	// Issuer, if set, must be the token's iss.
 	Issuer string
-	// Leeway is the clock skew allowed on exp and nbf. Default 10s.
+	// Leeway is the clock skew allowed on exp and nbf. Default (0) 10s;
+	// NoLeeway allows none.
 	Leeway time.Duration
 	// CacheSize bounds the verified tokens remembered. Default 65536
 	// (about 8 MB).
@@ -118,8 +122,11 @@ func New(ctx context.Context, cfg Config) (*Verifier, error) {
 	if cfg.UserClaim == "" {
 		cfg.UserClaim = "sub"
 	}
-	if cfg.Leeway <= 0 {
+	switch {
+	case cfg.Leeway == 0:
 		cfg.Leeway = 10 * time.Second
+	case cfg.Leeway < 0:
+		cfg.Leeway = 0
 	}
 	if cfg.CacheSize <= 0 {
 		cfg.CacheSize = 65536
@@ -298,7 +305,7 @@ func reason(err error) string {
 		{jwt.ErrTokenUnverifiable, "its algorithm or key is not accepted"},
 		{jwt.ErrTokenSignatureInvalid, "its signature is wrong"},
 		{jwt.ErrTokenNotValidYet, "it is not valid yet"},
-		{jwt.ErrTokenRequiredClaimMissing, "it lacks a required claim (exp)"},
+		{jwt.ErrTokenRequiredClaimMissing, "it lacks a required claim (exp, or a configured aud or iss)"},
 		{jwt.ErrTokenInvalidAudience, "its audience is not this service"},
 		{jwt.ErrTokenInvalidIssuer, "its issuer is not the configured one"},
 		{jwt.ErrTokenUsedBeforeIssued, "it was issued in the future"},

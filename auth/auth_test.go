@@ -112,6 +112,24 @@ func TestHS256(t *testing.T) {
 	}
 }
 
+// TestNoLeeway: with NoLeeway a token expired two seconds ago is refused
+// (the default leeway would take it).
+func TestNoLeeway(t *testing.T) {
+	tok := sign(t, jwt.SigningMethodHS256, secret, claims("42", -2*time.Second), "")
+	for _, c := range []struct {
+		leeway time.Duration
+		want   error
+	}{{0, nil}, {NoLeeway, ErrExpired}} {
+		v, err := New(context.Background(), Config{Secret: secret, Leeway: c.leeway})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Verify(tok); !errors.Is(err, c.want) {
+			t.Errorf("leeway %v: %v, want %v", c.leeway, err, c.want)
+		}
+	}
+}
+
 // TestCacheHonoursExpiry: a cached token stops working when it expires,
 // and one not valid yet is not answered from the cache before its nbf.
 func TestCacheHonoursExpiry(t *testing.T) {

@@ -18,12 +18,14 @@ package dashboard
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/json"
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -112,17 +114,65 @@ func New(cfg Config) *Dashboard {
 	d.mux.Handle("GET "+Prefix+"{$}", files) // index.html
 	d.mux.Handle("GET "+Prefix+"app/", files)
 	d.mux.Handle("GET "+Prefix+"vendor/", files)
-	d.mux.Handle("GET /dashboard", http.RedirectHandler(Prefix, http.StatusMovedPermanently))
 	d.mux.HandleFunc("GET "+Prefix+"events", d.events)
 	d.mux.HandleFunc("GET "+Prefix+"api/check/{id}", d.check)
 	d.mux.HandleFunc("GET "+Prefix+"api/compare", d.compare)
+	// Every other request answers in JSON, as the API does: ServeMux's own
+	// answers would be text (405) or a redirect of any method (307, from
+	// /dashboard to /dashboard/).
+	d.mux.HandleFunc("/dashboard", func(w http.ResponseWriter, r *http.Request) {
+		if d.getOnly(w, r) {
+			// The page's address without its slash: a browser is sent
+			// on, with no HTML body.
+			w.Header().Set("Location", Prefix)
+			w.WriteHeader(http.StatusMovedPermanently)
+		}
+	})
 	d.mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, seckill.ENOTFOUND, "no such dashboard resource: "+r.Method+" "+r.URL.Path)
+		if d.getOnly(w, r) {
+			writeError(w, http.StatusNotFound, seckill.ENOTFOUND, "no such dashboard resource: "+r.Method+" "+r.URL.Path)
+		}
 	})
 	return d
 }
 
-func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.mux.ServeHTTP(w, r) }
+// getOnly answers 405, with Allow, a method other than GET or HEAD on a
+// path a GET would find (every dashboard resource is read-only), and
+// reports whether the request is still to be answered.
+func (d *Dashboard) getOnly(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	get := r.Clone(r.Context())
+	get.Method = http.MethodGet
+	if _, pattern := d.mux.Handler(get); pattern != Prefix {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "only GET and HEAD are allowed here")
+		return false
+	}
+	return true
+}
+
+// ServeHTTP serves the dashboard. A path that is not clean (//, /./,
+// /../) is not found, rather than redirected as ServeMux would, with an
+// HTML body.
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; p == "" || p[0] != '/' || cleaned(p) != p {
+		writeError(w, http.StatusNotFound, seckill.ENOTFOUND, "no such dashboard resource")
+		return
+	}
+	d.mux.ServeHTTP(w, r)
+}
+
+// cleaned is p as ServeMux would redirect it to: path.Clean, keeping a
+// trailing slash.
+func cleaned(p string) string {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
+}
 
 // Mount returns a handler that serves the dashboard under Prefix and
 // passes every other request to next. The grab path pays one prefix
@@ -130,7 +180,7 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.mux.Se
 func (d *Dashboard) Mount(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p := r.URL.Path; strings.HasPrefix(p, "/dashboard") && (len(p) == len("/dashboard") || p[len("/dashboard")] == '/') {
-			d.mux.ServeHTTP(w, r)
+			d.ServeHTTP(w, r)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -168,10 +218,18 @@ func (d *Dashboard) Run(ctx context.Context) {
 	}
 }
 
-// isAdmin reports whether r carries the admin bearer token.
+// isAdmin reports whether r carries the admin bearer token, the scheme in
+// any case (RFC 6750), as the API takes it. The hashes are compared, so
+// that the time does not depend on the lengths either.
 func (d *Dashboard) isAdmin(r *http.Request) bool {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && d.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(d.cfg.AdminToken)) == 1
+	auth := r.Header.Values("Authorization")
+	if len(auth) != 1 || d.cfg.AdminToken == "" {
+		return false
+	}
+	scheme, token, _ := strings.Cut(auth[0], " ")
+	token = strings.TrimLeft(token, " ")
+	got, want := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(d.cfg.AdminToken))
+	return strings.EqualFold(scheme, "Bearer") && token != "" && subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
 // writeError answers in the API's error shape.

@@ -406,6 +406,23 @@ func TestAssets(t *testing.T) {
 	if resp.Request.URL.Path != "/dashboard/" {
 		t.Errorf("/dashboard ended at %s, want a redirect to /dashboard/", resp.Request.URL.Path)
 	}
+	// The redirect carries no HTML body, and only a GET is redirected.
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, method := range []string{"GET", "POST"} {
+		req, _ := http.NewRequest(method, r.url+"/dashboard", nil)
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case method == "GET" && (resp.StatusCode != http.StatusMovedPermanently || len(b) != 0 || resp.Header.Get("Location") != "/dashboard/"):
+			t.Errorf("GET /dashboard: HTTP %d, Location %q, body %q; want 301 to /dashboard/ without a body", resp.StatusCode, resp.Header.Get("Location"), b)
+		case method == "POST" && (resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD"):
+			t.Errorf("POST /dashboard: HTTP %d (Allow %q) %s; want 405 with Allow", resp.StatusCode, resp.Header.Get("Allow"), b)
+		}
+	}
 	// The API is still the API around the mount.
 	req, _ := http.NewRequest("GET", r.url+"/dashboards", nil)
 	if code, b := do(t, req); code != 404 || !strings.Contains(string(b), "no such endpoint") {

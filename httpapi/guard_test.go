@@ -63,3 +63,18 @@ func TestRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestLoneSurrogate: an escaped surrogate is refused unless it is half of
+// a pair; a backslash escaped before "ud800" is not an escape of it.
+func TestLoneSurrogate(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"name":"\ud800"}`: true, `{"name":"\uDFFF"}`: true, `{"name":"a\ud83d"}`: true, `{"name":"\ud83d\u0041"}`: true,
+		`{"name":"\ude00\ud83d"}`: true, `"\ud83d\ude00\ud800"`: true, `"\ud83d\`: true,
+		`{"name":"\ud83d\ude00"}`: false, `{"name":"\u00e9\uD83D\uDE00x"}`: false, `{"name":"\\ud800"}`: false,
+		`{"name":"\\\ud83d\ude00"}`: false, `{"name":"\ufffd"}`: false, `{"name":"\uzzzz"}`: false, `"\`: false, ``: false,
+	} {
+		if got := loneSurrogate([]byte(body)); got != want {
+			t.Errorf("loneSurrogate(%s) = %v, want %v", body, got, want)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -313,6 +314,9 @@ func decode(r *http.Request, v any) error {
 	if !utf8.Valid(body) {
 		return seckill.Errorf(seckill.EINVALID, "the request body is not valid UTF-8")
 	}
+	if loneSurrogate(body) {
+		return seckill.Errorf(seckill.EINVALID, "the request body escapes a lone UTF-16 surrogate (\\ud800 to \\udfff, unpaired)")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -335,6 +339,55 @@ func decode(r *http.Request, v any) error {
 		return seckill.Errorf(seckill.EINVALID, "the request body holds more than one JSON value")
 	}
 	return nil
+}
+
+// loneSurrogate reports whether a JSON text escapes a UTF-16 surrogate
+// that is not half of a pair (such as "\ud800"): encoding/json would store
+// U+FFFD in its place, as silently as for invalid UTF-8. Escapes that are
+// not well formed are left to the decoder.
+func loneSurrogate(b []byte) bool {
+	for i := 0; i < len(b)-1; i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character: a \\ is skipped whole
+		r, ok := escapedUnit(b[i:])
+		if !ok || !utf16.IsSurrogate(r) {
+			continue
+		}
+		if r >= 0xdc00 { // a low surrogate first
+			return true
+		}
+		if len(b) < i+7 || b[i+5] != '\\' {
+			return true
+		}
+		if lo, ok := escapedUnit(b[i+6:]); !ok || lo < 0xdc00 || lo > 0xdfff {
+			return true
+		}
+		i += 10 // the pair's second escape
+	}
+	return false
+}
+
+// escapedUnit reads the code unit of an escape "uXXXX" at the start of b.
+func escapedUnit(b []byte) (rune, bool) {
+	if len(b) < 5 || b[0] != 'u' {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[1:5] {
+		switch {
+		case '0' <= c && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 // jsonContent requires Content-Type application/json (a charset, if

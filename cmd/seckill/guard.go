@@ -65,7 +65,7 @@ func (g *guardFlags) register(fs flagSet) {
 	fs.StringVar(&g.jwtAudience, "jwt-audience", "", "with --identity jwt: the aud a token must carry (default: not checked)")
 	fs.StringVar(&g.jwtIssuer, "jwt-issuer", "", "with --identity jwt: the iss a token must carry (default: not checked)")
 	fs.StringVar(&g.jwtClaim, "jwt-user-claim", "sub", "with --identity jwt: the claim that holds the user id (a positive 64-bit integer)")
-	fs.DurationVar(&g.jwtLeeway, "jwt-leeway", defaultJWTLeeway, "with --identity jwt: the clock skew allowed on exp and nbf")
+	fs.DurationVar(&g.jwtLeeway, "jwt-leeway", defaultJWTLeeway, "with --identity jwt: the clock skew allowed on exp and nbf (0: none)")
 	fs.Float64Var(&g.userRate, "user-rate", 0, "requests per second each user may send, sustained (0: no limit); over it: 429 rate_limited with Retry-After")
 	fs.IntVar(&g.userBurst, "user-burst", 0, "requests a user may send at once (default: --user-rate rounded up)")
 	fs.Float64Var(&g.ipRate, "ip-rate", 0, "requests per second each client address may send, sustained (0: no limit; IPv6 by /64)")
@@ -92,7 +92,6 @@ func (g *guardFlags) check() error {
 		{"--read-timeout", &g.readTimeout, defaultReadTimeout},
 		{"--write-timeout", &g.writeTimeout, defaultWriteTimeout},
 		{"--idle-timeout", &g.idleTimeout, defaultIdleTimeout},
-		{"--jwt-leeway", &g.jwtLeeway, defaultJWTLeeway},
 	} {
 		switch {
 		case *d.v < 0:
@@ -100,6 +99,9 @@ func (g *guardFlags) check() error {
 		case *d.v == 0:
 			*d.v = d.def
 		}
+	}
+	if g.jwtLeeway < 0 { // 0 is a leeway of none, not the default
+		return usagef("--jwt-leeway: %v is negative", g.jwtLeeway)
 	}
 	if g.identity == "" {
 		g.identity = "header"
@@ -172,15 +174,16 @@ func (g *guardFlags) trustedProxies() ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// secrets returns what must never be logged: the JWT secret and the admin
-// token (a generated one is printed once, on stdout, by design). A token
-// shorter than 8 bytes is not hidden: hiding "tok" would garble every
+// secrets returns what must never be logged: the JWT secret, the
+// credentials of a JWK Set URL (https://user:pw@..., ?token=...) and the
+// admin token (a generated one is printed once, on stdout, by design). A
+// token shorter than 8 bytes is not hidden: hiding "tok" would garble every
 // "token" and "stock" of the log, and such a token guards nothing anyway.
 func (g *guardFlags) secrets(adminToken string) []string {
 	if len(adminToken) < 8 {
 		adminToken = ""
 	}
-	return []string{g.jwtSecret, adminToken}
+	return append([]string{g.jwtSecret, adminToken}, urlSecrets(g.jwtJWKS)...)
 }
 
 // apiOptions builds the API's identity, limits and blocklist. The
@@ -195,12 +198,16 @@ func (g *guardFlags) apiOptions(ctx context.Context, bk *backends, prefix string
 	if g.identity == "jwt" {
 		cfg := auth.Config{JWKS: g.jwtJWKS, UserClaim: g.jwtClaim, Audience: g.jwtAudience, Issuer: g.jwtIssuer,
 			Leeway: g.jwtLeeway, Log: log}
+		if g.jwtLeeway == 0 {
+			cfg.Leeway = auth.NoLeeway
+		}
 		if g.jwtSecret != "" {
 			cfg.Secret = []byte(g.jwtSecret)
 		}
 		v, err := auth.New(ctx, cfg)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--jwt-jwks: %w", err)
+			// The error quotes the URL, credentials included.
+			return nil, nil, (secrets{}).add(urlSecrets(g.jwtJWKS)...).err(fmt.Errorf("--jwt-jwks: %w", err))
 		}
 		opts = append(opts, httpapi.WithVerifier(v))
 	}

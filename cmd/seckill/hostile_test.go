@@ -362,6 +362,18 @@ func TestHostileTokens(t *testing.T) {
 	if users := column[int64](t, db, `SELECT user_id FROM orders ORDER BY user_id`); !slices.Equal(users, []int64{1, 2}) {
 		t.Errorf("orders of users %v, want [1 2]", users)
 	}
+	// bench minting with the wrong secret: every grab is refused, nothing
+	// is sold, and that is a failure, not a pass of trivially kept
+	// invariants.
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "bench", "--target", h.url, "--admin-token", h.token, "--identity", "jwt",
+		"--jwt-secret", k.secret+"-wrong", "--users", "50", "--requests", "200", "--stock", "10").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no grab was accepted") {
+		t.Errorf("bench with the wrong secret: %v\n%s", err, out)
+	}
 }
 
 // TestHostileRateLimits: a user over --user-rate gets 429 with
@@ -549,6 +561,7 @@ func TestHostileInput(t *testing.T) {
 		{"no Content-Type", "POST", "/api/v1/activities", http.Header{"Authorization": {"Bearer " + h.token}}, valid("none"), 415, "unsupported_media_type"},
 		{"JSON in Latin-1", "POST", "/api/v1/activities", http.Header{"Authorization": {"Bearer " + h.token}, "Content-Type": {"application/json; charset=iso-8859-1"}}, valid("latin"), 415, "unsupported_media_type"},
 		{"invalid UTF-8 in the name", "POST", "/api/v1/activities", adminJSON, valid("caf\xe9"), 400, "invalid_argument"},
+		{"a lone surrogate escaped in the name", "POST", "/api/v1/activities", adminJSON, valid(`caf\ud800`), 400, "invalid_argument"},
 		{"a 200 KB body", "POST", "/api/v1/activities", adminJSON, `{"name":"` + strings.Repeat("x", 200<<10) + `"}`, 413, "too_large"},
 		{"//", "GET", "//api/v1/activities/1", nil, "", 404, "not_found"},
 		{"/./", "POST", "/api/v1/./activities/1/grab", http.Header{"X-User-Id": {"4"}}, "", 404, "not_found"},
@@ -557,6 +570,11 @@ func TestHostileInput(t *testing.T) {
 		{"POST /healthz", "POST", "/healthz", nil, "", 405, "method_not_allowed"},
 		{"DELETE on a grab", "DELETE", grab, nil, "", 405, "method_not_allowed"},
 		{"healthz with a wrong token", "GET", "/healthz", http.Header{"Authorization": {"Bearer wrong"}}, "", 401, "unauthorized"},
+		{"POST /dashboard", "POST", "/dashboard", nil, "", 405, "method_not_allowed"},
+		{"PATCH /dashboard/", "PATCH", "/dashboard/", nil, "", 405, "method_not_allowed"},
+		{"// in the dashboard", "GET", "/dashboard//app/dashboard.js", nil, "", 404, "not_found"},
+		{"/./ in the dashboard", "POST", "/dashboard/./events", nil, "", 404, "not_found"},
+		{"the dashboard's checker, lower-case scheme", "GET", fmt.Sprintf("/dashboard/api/check/%d", id), http.Header{"Authorization": {"bearer " + h.token}}, "", 200, ""},
 	}
 	for _, c := range cases {
 		if c.header == nil {
@@ -735,10 +753,15 @@ func TestHostileSecretsRedacted(t *testing.T) {
 		{"--db", "postgres://u:" + pw + "@" + dead + "/x"},
 		{"--db", "postgres://" + dead + "/x?password=" + pw},
 		{"--db", "mysql://u:" + pw + "@" + dead + "/x"},
+		{"--identity", "jwt", "--jwt-jwks", "https://u:" + pw + "@" + dead + "/jwks.json"},
+		{"--identity", "jwt", "--jwt-jwks", "http://" + dead + "/jwks.json?token=" + pw},
 	} {
 		full := append([]string{"serve", "--listen", "127.0.0.1:0", "--log-level", "debug"}, args...)
-		if args[0] == "--db" {
+		switch args[0] {
+		case "--db":
 			full = append(full, "--redis", "redis://"+testenv.RedisAddr(t))
+		case "--identity": // the JWK Set is read once Redis and the database answer
+			full = append(full, "--redis", "redis://"+testenv.RedisAddr(t), "--db", testenv.PostgresURL(t))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		out, err := exec.CommandContext(ctx, bin, full...).CombinedOutput()
