@@ -2,7 +2,7 @@
 # What open dashboard pages cost the grab path: wrk against `seckill serve` (with its worker, on
 # PostgreSQL) with no dashboard page open, then with VIEWERS pages (event streams read by curl),
 # alternating ROUNDS times, 8 s each, 64 connections; two scenarios, as ../shared/perf/wrk-grab.sh:
-# grabs that all succeed (stock 1,000,000, a new user per request) and grabs after the sell-out.
+# grabs that all succeed (stock 100,000,000: six runs never sell it out; a new user per request) and grabs after the sell-out.
 # Prints serve's CPU with the pages open and no load, then the medians of the throughputs and the
 # ratio with pages to without. Run from the project root:
 #   perf/dashboard-viewers.sh              # VIEWERS=100 ROUNDS=3 DUR=8s CONN=64
@@ -32,7 +32,7 @@ $T/seckill serve --listen 127.0.0.1:$SP --redis redis://127.0.0.1:$RP/0 --db "po
 for i in $(seq 100); do curl -fs http://127.0.0.1:$SP/healthz >/dev/null && break; sleep 0.2; done
 mk() { curl -s -X POST http://127.0.0.1:$SP/api/v1/activities -H 'Authorization: Bearer perf' -H 'Content-Type: application/json' \
   -d "{\"name\":\"perf\",\"stock\":$1,\"starts_at\":\"$(date -u -d '-5 sec' +%FT%TZ)\",\"ends_at\":\"$(date -u -d '+1 hour' +%FT%TZ)\"}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["id"])'; }
-A=$(mk 1000000) && B=$(mk 1) || { echo "cannot create activities"; tail -5 $T/serve.log; exit 1; }
+A=$(mk 100000000) && B=$(mk 1) || { echo "cannot create activities"; tail -5 $T/serve.log; exit 1; }
 curl -s -X POST http://127.0.0.1:$SP/api/v1/activities/$B/grab -H 'X-User-ID: 1' >/dev/null
 open_viewers() {
   for i in $(seq $VIEWERS); do curl -sN http://127.0.0.1:$SP/dashboard/events >$T/viewer.$i 2>/dev/null & viewers+=($!); done
