@@ -71,7 +71,11 @@ func plan(args []string, modules []string) (flags []string, runs []goRun) {
 		}
 		add(dir, pkg)
 		// X/... also means the modules nested below X
-		if base, ok := strings.CutSuffix(clean, "/..."); ok {
+		base, ok := strings.CutSuffix(clean, "/...")
+		if clean == "..." { // ./... cleaned
+			base, ok = ".", true
+		}
+		if ok {
 			for _, m := range modules {
 				if m != dir && (base == "." || strings.HasPrefix(m, base+"/")) {
 					add(m, "./...")

@@ -36,6 +36,8 @@ func TestPlan(t *testing.T) {
 			{"lock/goredis", []string{"./..."}}, {"lock/tests", []string{"./..."}}}},
 		{[]string{"-v", "-run", "X", "./stock", "./lock/tests/...", "./sale/...", "./lock"}, []string{"-v", "-run", "X"},
 			[]goRun{{".", []string{"./stock", "./sale/..."}}, {"lock/tests", []string{"./..."}}, {"lock", []string{"."}}}},
+		{[]string{"-race", "./..."}, []string{"-race"}, []goRun{{".", []string{"./..."}}, {"lock", []string{"./..."}},
+			{"lock/goredis", []string{"./..."}}, {"lock/tests", []string{"./..."}}}},
 		{[]string{"./lock/..."}, nil,
 			[]goRun{{"lock", []string{"./..."}}, {"lock/goredis", []string{"./..."}}, {"lock/tests", []string{"./..."}}}},
 	} {
