@@ -108,6 +108,8 @@ const (
 	codeTokenMissing = "token_missing"          // 401
 	codeTokenExpired = "token_expired"          // 401
 	codeTokenInvalid = "token_invalid"          // 401
+	codeTimeout      = "request_timeout"        // 408, from the server before any handler
+	codeHeadersLarge = "headers_too_large"      // 431, from the server before any handler
 )
 
 // refusal is an error answered with a Retry-After header.
@@ -268,6 +270,22 @@ func (s *Server) bound(n int64) error {
 // TooLarge is the error of a body beyond limit bytes (413 too_large).
 func TooLarge(limit int64) error {
 	return seckill.Errorf(codeTooLarge, "the request body exceeds %d bytes", limit)
+}
+
+// RequestTimeout, HeadersTooLarge and Malformed are the refusals of the
+// HTTP server itself, before any handler, in the API's error shape: a
+// request not received in time (408), a request line and headers beyond
+// limit bytes (431), a request that is not HTTP/1.1 (400).
+func RequestTimeout() error {
+	return seckill.Errorf(codeTimeout, "the request was not received in time")
+}
+
+func HeadersTooLarge(limit int) error {
+	return seckill.Errorf(codeHeadersLarge, "the request line and headers exceed %d bytes", limit)
+}
+
+func Malformed() error {
+	return seckill.Errorf(seckill.EINVALID, "the request is not well-formed HTTP/1.1")
 }
 
 // body is a request body bounded in size that remembers whether it was

@@ -55,6 +55,8 @@ var codes = map[string]int{
 	codeTokenMissing:     http.StatusUnauthorized,
 	codeTokenExpired:     http.StatusUnauthorized,
 	codeTokenInvalid:     http.StatusUnauthorized,
+	codeTimeout:          http.StatusRequestTimeout,
+	codeHeadersLarge:     http.StatusRequestHeaderFieldsTooLarge,
 }
 
 // Server serves the API.

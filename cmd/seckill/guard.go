@@ -256,7 +256,7 @@ func (g *guardFlags) server(front func(*fasthttp.RequestCtx) bool, h http.Handle
 		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 			return fasthttp.RequestConfig{ReadTimeout: g.readTimeout}
 		},
-		ErrorHandler:          frontError(g.maxBody),
+		ErrorHandler:          frontError(g.maxBody, g.maxHeaderBytes),
 		ConnState:             d.connState,
 		ReadTimeout:           g.readHeaderTimeout,
 		WriteTimeout:          g.writeTimeout,
@@ -274,7 +274,7 @@ func (g *guardFlags) server(front func(*fasthttp.RequestCtx) bool, h http.Handle
 // --max-header-bytes (431), a request not sent in time (408), one that is
 // not HTTP (400). The connection closes after, lingering when the client
 // may still be sending (see lingerConn).
-func frontError(maxBody int64) func(ctx *fasthttp.RequestCtx, err error) {
+func frontError(maxBody int64, maxHeader int) func(ctx *fasthttp.RequestCtx, err error) {
 	return func(ctx *fasthttp.RequestCtx, err error) {
 		var small *fasthttp.ErrSmallBuffer
 		var netErr net.Error
@@ -284,11 +284,11 @@ func frontError(maxBody int64) func(ctx *fasthttp.RequestCtx, err error) {
 			httpapi.FastError(ctx, httpapi.TooLarge(maxBody))
 		case errors.As(err, &small):
 			lingerOnClose(ctx.Conn())
-			ctx.Error("431 Request Header Fields Too Large", fasthttp.StatusRequestHeaderFieldsTooLarge)
+			httpapi.FastError(ctx, httpapi.HeadersTooLarge(maxHeader))
 		case errors.As(err, &netErr) && netErr.Timeout():
-			ctx.Error("408 Request Timeout", fasthttp.StatusRequestTimeout)
+			httpapi.FastError(ctx, httpapi.RequestTimeout())
 		default:
-			ctx.Error("400 Bad Request", fasthttp.StatusBadRequest)
+			httpapi.FastError(ctx, httpapi.Malformed())
 		}
 	}
 }

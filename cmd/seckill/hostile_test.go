@@ -103,6 +103,50 @@ func rawRequest(t *testing.T, addr string, req []byte) int {
 	return code
 }
 
+// TestHostileServerRefusals: what the HTTP server refuses before any
+// handler is answered in the API's error shape, as JSON with a code: a
+// request that is not HTTP (400), headers beyond --max-header-bytes (431),
+// headers and a body not sent in time (408).
+func TestHostileServerRefusals(t *testing.T) {
+	h := serveProcess(t, testenv.RedisAddr(t), testenv.PostgresURL(t), testenv.Prefix(t),
+		"--no-worker", "--read-header-timeout", "1s", "--read-timeout", "1s")
+	grab := "POST /api/v1/activities/1/grab HTTP/1.1\r\nHost: x\r\nX-User-ID: 1\r\n"
+	for _, c := range []struct {
+		name   string
+		req    string
+		status int
+		code   string
+	}{
+		{"not HTTP", "HELLO THERE\r\n\r\n", 400, "invalid_argument"},
+		{"headers beyond the bound", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + strings.Repeat("a", 20<<10) + "\r\n\r\n", 431, "headers_too_large"},
+		{"headers never finished", grab, 408, "request_timeout"},
+		{"a body never finished", grab + "Content-Type: application/json\r\nContent-Length: 10\r\n\r\n{", 408, "request_timeout"},
+	} {
+		c0, err := net.DialTimeout("tcp", h.addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c0.SetDeadline(time.Now().Add(30 * time.Second))
+		go func() { _, _ = c0.Write([]byte(c.req)) }()
+		resp, err := http.ReadResponse(bufio.NewReader(c0), nil)
+		if err != nil {
+			t.Errorf("%s: no answer: %v", c.name, err)
+			c0.Close()
+			continue
+		}
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		c0.Close()
+		if resp.StatusCode != c.status || resp.Header.Get("Content-Type") != "application/json" ||
+			json.Unmarshal(body, &e) != nil || e.Error.Code != c.code || e.Error.Message == "" {
+			t.Errorf("%s: %d %q %s; want %d with the JSON code %s", c.name, resp.StatusCode, resp.Header.Get("Content-Type"), body, c.status, c.code)
+		}
+	}
+}
+
 // column returns the one column a query selects.
 func column[T any](t *testing.T, db *sql.DB, query string) []T {
 	t.Helper()
