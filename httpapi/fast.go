@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -130,4 +131,23 @@ func peerAddr(a net.Addr) netip.Addr {
 		return netip.Addr{}
 	}
 	return ap.Addr()
+}
+
+// RawError is the whole HTTP/1.1 answer to err, as the API answers it, with
+// Connection: close: for a connection refused before any server reads from
+// it (serve's --max-conns).
+func RawError(err error) []byte {
+	a := errorAnswerOf(err)
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n",
+		a.status, http.StatusText(a.status), len(a.body))
+	for _, v := range a.authenticate {
+		fmt.Fprintf(&b, "WWW-Authenticate: %s\r\n", v)
+	}
+	if a.retryAfter != "" {
+		fmt.Fprintf(&b, "Retry-After: %s\r\n", a.retryAfter)
+	}
+	b.WriteString("\r\n")
+	b.Write(a.body)
+	return b.Bytes()
 }

@@ -147,6 +147,12 @@ func newRefusals(reg prometheus.Registerer) refusals {
 
 var errOverloaded = &refusal{seckill.Errorf(codeOverloaded, "the service is at its limit of requests in flight; retry shortly"), time.Second}
 
+// TooManyConns is the refusal of a connection beyond the server's bound
+// (503 overloaded, Retry-After: 1).
+func TooManyConns() error {
+	return &refusal{seckill.Errorf(codeOverloaded, "the service is at its limit of open connections; retry shortly"), time.Second}
+}
+
 // handle registers a path whose methods are dispatched here, so that a
 // wrong method gets a JSON 405 like every other error. API routes (api)
 // are also limited per client address; probes (/healthz, /metrics) are

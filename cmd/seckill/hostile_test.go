@@ -147,6 +147,62 @@ func TestHostileServerRefusals(t *testing.T) {
 	}
 }
 
+// TestHostileConnLimit: beyond --max-conns a connection is answered 503
+// overloaded (JSON, Retry-After) and closed; once one of the open ones
+// closes, a new one is served.
+func TestHostileConnLimit(t *testing.T) {
+	h := serveProcess(t, testenv.RedisAddr(t), testenv.PostgresURL(t), testenv.Prefix(t),
+		"--no-worker", "--max-conns", "3", "--read-header-timeout", "30s")
+	get := func(c net.Conn) (*http.Response, []byte) {
+		t.Helper()
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", h.addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	var held []net.Conn
+	for range 3 {
+		c := dial()
+		defer c.Close()
+		if resp, b := get(c); resp.StatusCode != 200 { // served, and kept open
+			t.Fatalf("connection within the bound: %d %s", resp.StatusCode, b)
+		}
+		held = append(held, c)
+	}
+	extra := dial()
+	defer extra.Close()
+	resp, b := get(extra)
+	var e struct {
+		Error struct{ Code string }
+	}
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || !resp.Close ||
+		json.Unmarshal(b, &e) != nil || e.Error.Code != "overloaded" {
+		t.Errorf("a 4th connection: %d %v %s; want 503 overloaded, Retry-After: 1, closed", resp.StatusCode, resp.Header, b)
+	}
+	held[0].Close()
+	testenv.WaitFor(t, "a connection served once one closed", func() bool {
+		c := dial()
+		defer c.Close()
+		resp, _ := get(c)
+		return resp.StatusCode == 200
+	})
+}
+
 // column returns the one column a query selects.
 func column[T any](t *testing.T, db *sql.DB, query string) []T {
 	t.Helper()

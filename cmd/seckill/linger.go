@@ -22,20 +22,56 @@ const (
 	lingerBytes = 256 << 10
 )
 
-// lingerListener hands out connections that can be told to linger.
-type lingerListener struct{ net.Listener }
+// lingerListener hands out connections that can be told to linger, at
+// most max of them open at once. A connection beyond is answered refusal
+// (503 overloaded, JSON, Connection: close) and closed, lingering too, by
+// at most maxRefusing goroutines (beyond, closed at once): nothing a
+// client opens is kept without a bound.
+type lingerListener struct {
+	net.Listener
+	max      int64
+	refusal  []byte
+	open     atomic.Int64
+	refusing atomic.Int64
+}
 
-func (l lingerListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+const maxRefusing = 256
+
+func (l *lingerListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.open.Add(1) > l.max {
+			l.open.Add(-1)
+			l.refuse(c)
+			continue
+		}
+		return &lingerConn{Conn: c, l: l}, nil
 	}
-	return &lingerConn{Conn: c}, nil
+}
+
+func (l *lingerListener) refuse(c net.Conn) {
+	_ = c.SetWriteDeadline(time.Now().Add(lingerTime))
+	_, _ = c.Write(l.refusal)
+	if l.refusing.Add(1) > maxRefusing {
+		l.refusing.Add(-1)
+		_ = c.Close()
+		return
+	}
+	lc := &lingerConn{Conn: c}
+	lc.linger.Store(true)
+	lc.done = func() { l.refusing.Add(-1) }
+	_ = lc.Close()
 }
 
 type lingerConn struct {
 	net.Conn
+	l      *lingerListener // nil for a refused connection
 	linger atomic.Bool
+	closed atomic.Bool
+	done   func() // after a lingering close, if set
 }
 
 // lingerOnClose makes c's Close linger, if c is a lingerConn.
@@ -46,6 +82,12 @@ func lingerOnClose(c net.Conn) {
 }
 
 func (c *lingerConn) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	if c.l != nil {
+		c.l.open.Add(-1)
+	}
 	if !c.linger.Load() {
 		return c.Conn.Close()
 	}
@@ -54,6 +96,9 @@ func (c *lingerConn) Close() error {
 		_ = c.Conn.SetReadDeadline(time.Now().Add(lingerTime))
 		_, _ = io.CopyN(io.Discard, c.Conn, lingerBytes)
 		_ = c.Conn.Close()
+		if c.done != nil {
+			c.done()
+		}
 	}()
 	return nil
 }

@@ -122,7 +122,7 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 	// The server's timeouts, applied lazily: see package lazyconn.
 	lazy := lazyconn.Listen(tcp, 0)
 	defer lazy.Close()
-	ln := lingerListener{lazy}
+	ln := &lingerListener{Listener: lazy, max: int64(c.guard.maxConns), refusal: httpapi.RawError(httpapi.TooManyConns())}
 
 	bk, err := c.backend.open(ctx, log)
 	if err != nil {
