@@ -54,10 +54,10 @@ const MinSecretLen = 32
 // any parsing.
 const MaxTokenLen = 8 << 10
 
-// Config configures a Verifier. At least one of Secret and JWKS is set.
 // NoLeeway, as Config.Leeway, allows no clock skew at all on exp and nbf.
 const NoLeeway time.Duration = -1
 
+// Config configures a Verifier. At least one of Secret and JWKS is set.
 type Config struct {
 	// Secret verifies HS256 tokens; at least MinSecretLen bytes.
 	Secret []byte

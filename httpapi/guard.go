@@ -279,17 +279,20 @@ func TooLarge(limit int64) error {
 }
 
 // RequestTimeout, HeadersTooLarge and Malformed are the refusals of the
-// HTTP server itself, before any handler, in the API's error shape: a
-// request not received in time (408), a request line and headers beyond
-// limit bytes (431), a request that is not HTTP/1.1 (400).
+// HTTP server itself, before any handler, in the API's error shape.
+
+// RequestTimeout: a request not received in time (408 request_timeout).
 func RequestTimeout() error {
 	return seckill.Errorf(codeTimeout, "the request was not received in time")
 }
 
+// HeadersTooLarge: a request line and headers beyond limit bytes (431
+// headers_too_large).
 func HeadersTooLarge(limit int) error {
 	return seckill.Errorf(codeHeadersLarge, "the request line and headers exceed %d bytes", limit)
 }
 
+// Malformed: a request that is not HTTP/1.1 (400 invalid_argument).
 func Malformed() error {
 	return seckill.Errorf(seckill.EINVALID, "the request is not well-formed HTTP/1.1")
 }
