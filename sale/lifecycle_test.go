@@ -8,7 +8,6 @@ import (
 
 	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/internal/testenv"
-	"github.com/seckilldev/seckill/sale"
 	"github.com/seckilldev/seckill/stock"
 )
 
@@ -22,10 +21,7 @@ import (
 func TestReturnReopensSoldOut(t *testing.T) {
 	s := newSales(t)
 	ctx := context.Background()
-	a := s.instance(t, sale.Config{})
-	b := s.instance(t, sale.Config{SoldOutRecheck: time.Hour}) // only the restock message changes its mind
-	b.run(t)
-	c := s.instance(t, sale.Config{}) // no restock messages: the 1s recheck
+	a, b, c := s.trio(t)
 	act := seckill.Activity{Name: "resale", Stock: 2, StartsAt: time.Now().Add(-time.Minute),
 		EndsAt: time.Now().Add(time.Hour), PayWithin: time.Hour, Rebuy: true}
 	if err := a.svc.CreateActivity(ctx, &act); err != nil {

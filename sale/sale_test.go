@@ -69,6 +69,18 @@ type instance struct {
 	metrics *sale.Metrics
 }
 
+// trio starts the three instances of the sold-out tests: a; b, which
+// changes its mind about a sell-out only on a restock message (its recheck
+// is an hour away); c, which hears no restock message (its 1s recheck).
+func (s *sales) trio(t *testing.T) (a, b, c *instance) {
+	t.Helper()
+	a = s.instance(t, sale.Config{})
+	b = s.instance(t, sale.Config{SoldOutRecheck: time.Hour})
+	b.run(t)
+	c = s.instance(t, sale.Config{})
+	return a, b, c
+}
+
 func (s *sales) instance(t *testing.T, cfg sale.Config) *instance {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: s.addr})
@@ -205,10 +217,7 @@ func TestOrderLookupManyActivities(t *testing.T) {
 func TestSoldOutBuyerToldOrder(t *testing.T) {
 	s := newSales(t)
 	ctx := context.Background()
-	a := s.instance(t, sale.Config{})
-	b := s.instance(t, sale.Config{SoldOutRecheck: time.Hour}) // only the restock message changes its mind
-	b.run(t)
-	c := s.instance(t, sale.Config{}) // no restock messages: the 1s recheck
+	a, b, c := s.trio(t)
 	act := a.create(t, 3)
 	orders := map[int64]int64{}
 	for uid := int64(1); uid <= 3; uid++ {
