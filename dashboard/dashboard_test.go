@@ -75,7 +75,7 @@ func newRig(t *testing.T, tune func(*dashboard.Config)) *rig {
 	ls := &listing{Store: st}
 	svc := sale.New(st, eng, sale.Config{}, log, sale.NewMetrics(reg))
 	api := httpapi.New(svc, token, nil, log, reg, nil)
-	cfg := dashboard.Config{Store: ls, Engine: eng, Metrics: reg, AdminToken: token, DBURL: dbURL,
+	cfg := dashboard.Config{Store: ls, Engine: eng, Metrics: reg, IsAdmin: api.IsAdmin, DBURL: dbURL,
 		Tick: 50 * time.Millisecond, Log: log}
 	if tune != nil {
 		tune(&cfg)

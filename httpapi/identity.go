@@ -99,6 +99,10 @@ func (s *Server) admin(r *http.Request) error {
 	return nil
 }
 
+// IsAdmin reports whether r carries the admin token, as every admin route
+// of the API takes it (the dashboard's checker asks here too).
+func (s *Server) IsAdmin(r *http.Request) bool { return s.isAdmin(netHeader(r.Header)) }
+
 // isAdmin reports whether a request's header carries the admin token.
 func (s *Server) isAdmin(h header) bool {
 	token, present, err := bearer(h)

@@ -25,7 +25,7 @@ func newDashboard(c serveConfig, bk *backends, m *sale.Metrics, api *httpapi.Ser
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m.Grabs, api.Latency())
 	return dashboard.New(dashboard.Config{Store: bk.store, Engine: bk.engine, Metrics: reg,
-		AdminToken: c.adminToken, DBURL: c.backend.dbURL, CompareResults: c.compareResults, Log: log})
+		IsAdmin: api.IsAdmin, DBURL: c.backend.dbURL, CompareResults: c.compareResults, Log: log})
 }
 
 // runDashboard runs d's ticker among serve's background work. Its event
