@@ -103,6 +103,26 @@ func rawRequest(t *testing.T, addr string, req []byte) int {
 	return code
 }
 
+// exchange sends req on c, while it reads the answer (a server may answer
+// before it has read the request whole), and returns the answer and its
+// body, and the error code of an answer in the API's error shape.
+func exchange(c net.Conn, req string) (resp *http.Response, body []byte, code string, err error) {
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	go func() { _, _ = c.Write([]byte(req)) }()
+	if resp, err = http.ReadResponse(bufio.NewReader(c), nil); err != nil {
+		return nil, nil, "", err
+	}
+	defer resp.Body.Close()
+	body, _ = io.ReadAll(resp.Body)
+	var e struct {
+		Error struct{ Code, Message string }
+	}
+	if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+		code = e.Error.Code
+	}
+	return resp, body, code, nil
+}
+
 // TestHostileServerRefusals: what the HTTP server refuses before any
 // handler is answered in the API's error shape, as JSON with a code: a
 // request that is not HTTP (400), headers beyond --max-header-bytes (431),
@@ -126,22 +146,13 @@ func TestHostileServerRefusals(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = c0.SetDeadline(time.Now().Add(30 * time.Second))
-		go func() { _, _ = c0.Write([]byte(c.req)) }()
-		resp, err := http.ReadResponse(bufio.NewReader(c0), nil)
+		resp, body, code, err := exchange(c0, c.req)
+		c0.Close()
 		if err != nil {
 			t.Errorf("%s: no answer: %v", c.name, err)
-			c0.Close()
 			continue
 		}
-		var e struct {
-			Error struct{ Code, Message string }
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		c0.Close()
-		if resp.StatusCode != c.status || resp.Header.Get("Content-Type") != "application/json" ||
-			json.Unmarshal(body, &e) != nil || e.Error.Code != c.code || e.Error.Message == "" {
+		if resp.StatusCode != c.status || resp.Header.Get("Content-Type") != "application/json" || code != c.code {
 			t.Errorf("%s: %d %q %s; want %d with the JSON code %s", c.name, resp.StatusCode, resp.Header.Get("Content-Type"), body, c.status, c.code)
 		}
 	}
@@ -153,19 +164,13 @@ func TestHostileServerRefusals(t *testing.T) {
 func TestHostileConnLimit(t *testing.T) {
 	h := serveProcess(t, testenv.RedisAddr(t), testenv.PostgresURL(t), testenv.Prefix(t),
 		"--no-worker", "--max-conns", "3", "--read-header-timeout", "30s")
-	get := func(c net.Conn) (*http.Response, []byte) {
+	get := func(c net.Conn) (*http.Response, []byte, string) {
 		t.Helper()
-		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-		if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		resp, b, code, err := exchange(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, b
+		return resp, b, code
 	}
 	dial := func() net.Conn {
 		t.Helper()
@@ -189,16 +194,13 @@ func TestHostileConnLimit(t *testing.T) {
 	refused := false
 	for !refused && len(held) <= 3 {
 		c := dial()
-		resp, b := get(c)
+		resp, b, code := get(c)
 		switch resp.StatusCode {
 		case 200:
 			held = append(held, c)
 			continue
 		case 503:
-			var e struct {
-				Error struct{ Code string }
-			}
-			if resp.Header.Get("Retry-After") != "1" || !resp.Close || json.Unmarshal(b, &e) != nil || e.Error.Code != "overloaded" {
+			if resp.Header.Get("Retry-After") != "1" || !resp.Close || code != "overloaded" {
 				t.Errorf("a connection beyond the bound: %d %v %s; want 503 overloaded, Retry-After: 1, closed", resp.StatusCode, resp.Header, b)
 			}
 			refused = true
@@ -218,7 +220,7 @@ func TestHostileConnLimit(t *testing.T) {
 	testenv.WaitFor(t, "a connection served once the test's closed", func() bool {
 		c := dial()
 		defer c.Close()
-		resp, _ := get(c)
+		resp, _, _ := get(c)
 		return resp.StatusCode == 200
 	})
 }
