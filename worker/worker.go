@@ -36,16 +36,29 @@ type Config struct {
 	// resumes its own pending entries at once; under a new name they are
 	// claimed after ClaimIdle.
 	Consumer string
-	// Batch is the most entries written in one transaction while a stream
-	// keeps up. Default 200.
+	// Batch is the most entries written in one transaction when a stream
+	// wakes up (its first read after idling), and while it keeps up if
+	// Linger is negative. Default 200.
 	Batch int
 	// MaxBatch is the most entries written in one transaction when a
-	// stream has a backlog: when a read of it gets all it asked for (see
-	// Run). Default 4000, and never below Batch.
+	// stream has a backlog (when a read of it gets all it asked for: see
+	// Run), or after a linger. Default 4000, and never below Batch.
 	MaxBatch int
 	// Parallel is how many batches are written at once: of different
 	// activities, or of one activity with a backlog. Default 4.
 	Parallel int
+	// Linger is how long, at least, lies between the starts of two rounds
+	// while every stream keeps up (no backlog): the orders accepted in
+	// between are read together, up to MaxBatch, and written in one
+	// transaction per stream instead of one per few milliseconds. A
+	// database's cost is largely per transaction (measured on PostgreSQL
+	// with the API on the same two cores: 19 µs of database CPU per order
+	// in the ~160-order batches of a worker that reads as soon as it has
+	// written, 10 µs with a linger of 50ms), and that CPU is taken from
+	// the grab path while the crowd is there. An order that arrives when
+	// the streams were idle is read at once; a backlog is read without
+	// pause. Default 50ms; negative: none.
+	Linger time.Duration
 	// Poll is how often streams that look idle are read anyway, in case a
 	// wake-up message was lost in a way the subscription cannot tell (the
 	// awake flag of a worker that died while reading). Default 5s.
@@ -88,6 +101,9 @@ func (c *Config) defaults() {
 	c.MaxBatch = max(c.MaxBatch, c.Batch)
 	if c.Parallel <= 0 {
 		c.Parallel = 4
+	}
+	if c.Linger == 0 {
+		c.Linger = 50 * time.Millisecond
 	}
 	if c.Poll <= 0 {
 		c.Poll = 5 * time.Second
@@ -198,8 +214,11 @@ type stream struct {
 // PostgreSQL only for their last step: see store/postgres), the next one
 // queued as soon as one commits, and each one's Redis work (compensating,
 // acknowledging) overlaps another's database work. A read that gets less
-// than it asked for ends the backlog: batches go back to Batch, which
-// bounds the wait of an order that arrives alone.
+// than it asked for ends the backlog. While every stream keeps up, a round
+// begins at least Linger after the previous one, and reads up to MaxBatch:
+// what gathered in between goes in one transaction. A stream that wakes
+// up is read at once, a batch of Batch, which bounds the wait of an order
+// that arrives alone.
 func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker started")
 	sub := w.rdb.Subscribe(ctx, w.engine.WakeChannel())
@@ -229,6 +248,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return pollNow
 	}
 	pollNow := false
+	var lastRound time.Time // the start of the last round of hot streams
 	for ctx.Err() == nil {
 	events:
 		for {
@@ -254,7 +274,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				}
 			}
 			pollNow = false
-			if _, err := w.round(ctx, cold); err == errCrashed {
+			if _, err := w.round(ctx, cold, false); err == errCrashed {
 				return nil
 			}
 		}
@@ -279,7 +299,16 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		got, err := w.round(ctx, hot)
+		// While the streams keep up, the next round waits out the
+		// linger (see Config.Linger) and reads what gathered meanwhile.
+		gather := w.cfg.Linger > 0 && !slices.ContainsFunc(hot, func(s *stream) bool { return s.backlog })
+		if gather {
+			if sleep(ctx, time.Until(lastRound.Add(w.cfg.Linger))); ctx.Err() != nil {
+				continue
+			}
+		}
+		lastRound = time.Now()
+		got, err := w.round(ctx, hot, gather)
 		if err == errCrashed {
 			return nil
 		}
@@ -298,7 +327,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		if len(idle) > 0 && ctx.Err() == nil {
 			w.sleepFlags(ctx, idle)
-			if _, err := w.round(ctx, idle); err == errCrashed {
+			if _, err := w.round(ctx, idle, false); err == errCrashed {
 				return nil
 			}
 		}
@@ -327,15 +356,16 @@ func (w *Worker) hot(streams map[int64]*stream) []*stream {
 //
 // While the batches are written, the next read of each stream with a
 // backlog is made already (the next round takes it), so that the database
-// does not wait for Redis between rounds.
-func (w *Worker) round(ctx context.Context, ss []*stream) (map[*stream]bool, error) {
+// does not wait for Redis between rounds. A round that gathers (after a
+// linger) reads up to MaxBatch of each stream.
+func (w *Worker) round(ctx context.Context, ss []*stream, gather bool) (map[*stream]bool, error) {
 	var toRead []*stream
 	for _, s := range ss {
 		if s.ahead == nil {
 			toRead = append(toRead, s)
 		}
 	}
-	w.read(ctx, toRead)
+	w.read(ctx, toRead, gather)
 	got := make(map[*stream]bool)
 	var work []batch
 	var firstErr error
@@ -388,7 +418,7 @@ func (w *Worker) round(ctx context.Context, ss []*stream) (map[*stream]bool, err
 	go func() {
 		defer close(done)
 		if ctx.Err() == nil {
-			w.read(ctx, ahead)
+			w.read(ctx, ahead, false)
 		}
 	}()
 	err := w.processAll(ctx, work)
@@ -408,8 +438,9 @@ type readResult struct {
 }
 
 // read reads the next entries of each stream, with one pipeline, into
-// its ahead: a batch, or Parallel batches if it has a backlog.
-func (w *Worker) read(ctx context.Context, ss []*stream) {
+// its ahead: a batch (of Batch, or of MaxBatch if gather), or Parallel
+// batches of MaxBatch if it has a backlog.
+func (w *Worker) read(ctx context.Context, ss []*stream, gather bool) {
 	if len(ss) == 0 {
 		return
 	}
@@ -417,8 +448,11 @@ func (w *Worker) read(ctx context.Context, ss []*stream) {
 	cmds := make([]*redis.XStreamSliceCmd, len(ss))
 	for i, s := range ss {
 		r := &readResult{size: w.cfg.Batch, count: w.cfg.Batch}
-		if s.backlog {
+		switch {
+		case s.backlog:
 			r.size, r.count = w.cfg.MaxBatch, w.cfg.MaxBatch*w.cfg.Parallel
+		case gather:
+			r.size, r.count = w.cfg.MaxBatch, w.cfg.MaxBatch
 		}
 		s.ahead = r
 		cmds[i] = pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: stock.Group, Consumer: w.cfg.Consumer,
@@ -692,7 +726,7 @@ func (w *Worker) drain(streams map[int64]*stream) {
 		if len(hot) == 0 {
 			break
 		}
-		if _, err := w.round(ctx, hot); err == errCrashed {
+		if _, err := w.round(ctx, hot, false); err == errCrashed {
 			return
 		} else if err != nil && ctx.Err() == nil {
 			w.log.Warn("drain: read streams", "err", err)

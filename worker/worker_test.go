@@ -247,3 +247,53 @@ func TestTransient(t *testing.T) {
 		}
 	}
 }
+
+// TestLingerGathers: while the worker keeps up with a steady trickle of
+// orders, its rounds begin at least Linger apart, so the trickle is written
+// in a few transactions (one per linger, or two when a round finds the
+// stream empty and cools it down) rather than one per few milliseconds.
+// Every order is still written.
+func TestLingerGathers(t *testing.T) {
+	const linger = 200 * time.Millisecond
+	f := newFixture(t, 100_000)
+	var batches atomic.Int64
+	w := New(f.store, f.engine, Config{Consumer: "w", Batch: 4, Linger: linger, Poll: 100 * time.Millisecond,
+		Discover: 50 * time.Millisecond}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	w.crashAt = func(stage string) bool {
+		if stage == "read" {
+			batches.Add(1)
+		}
+		return false
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	began := time.Now()
+	var n int64
+	for time.Since(began) < time.Second {
+		n++
+		f.grab(t, n)
+		time.Sleep(2 * time.Millisecond)
+	}
+	elapsed := time.Since(began)
+	deadline := time.Now().Add(20 * time.Second)
+	for f.confirmed(t) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("confirmed %d of %d orders in 20s", f.confirmed(t), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	limit := 2*int64(elapsed/linger) + 4
+	if got := batches.Load(); got > limit {
+		t.Errorf("%d orders over %v in %d transactions, want at most %d (linger %v)", n, elapsed.Round(time.Millisecond), got, limit, linger)
+	} else {
+		t.Logf("%d orders over %v in %d transactions", n, elapsed.Round(time.Millisecond), got)
+	}
+}

@@ -142,7 +142,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 	go func() {
 		srvDone <- runServe(srvCtx, serveConfig{listen: "127.0.0.1:0", adminToken: token,
 			backend: backendFlags{redisURL: c.redisURL, dbURL: c.dbURL, prefix: prefix},
-			worker:  workerFlags{batch: 200, claimIdle: 15 * time.Second},
+			worker:  workerFlags{batch: 200, linger: 50 * time.Millisecond, claimIdle: 15 * time.Second},
 			guard:   guard,
 			logs:    logFlags{level: "warn", format: "text"},
 			ready:   func(addr string) { ready <- addr }}, io.Discard, stderr)

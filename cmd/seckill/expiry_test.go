@@ -367,8 +367,9 @@ func scrape(t *testing.T, url, name string) float64 {
 	return 0
 }
 
-// TestExpiryFlags: bad values of the expiry flags are refused, naming the
-// flag, by serve and worker, from the command line and the environment.
+// TestExpiryFlags: bad values of the expiry and worker flags are refused,
+// naming the flag, by serve and worker, from the command line and the
+// environment.
 func TestExpiryFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -381,6 +382,9 @@ func TestExpiryFlags(t *testing.T) {
 		{[]string{"--expiry-batch", "501"}, [2]string{}, "-expiry-batch: 501 is not between 1 and 500"},
 		{[]string{"--expiry=maybe"}, [2]string{}, "-expiry"},
 		{nil, [2]string{"SECKILL_EXPIRY_BATCH", "x"}, "SECKILL_EXPIRY_BATCH"},
+		{[]string{"--linger", "2s"}, [2]string{}, "-linger: 2s is not between 0 and 1s"},
+		{[]string{"--linger", "-1ms"}, [2]string{}, "-linger: -1ms is not between 0 and 1s"},
+		{nil, [2]string{"SECKILL_LINGER", "soon"}, "SECKILL_LINGER"},
 		{[]string{"--redis-prefix", strings.Repeat("p", 60)}, [2]string{}, "--redis-prefix: \"" + strings.Repeat("p", 60) + "\" is too long"},
 	} {
 		for _, cmd := range []string{"serve", "worker"} {

@@ -19,13 +19,15 @@ import (
 type workerFlags struct {
 	consumer  string
 	batch     int
+	linger    time.Duration
 	claimIdle time.Duration
 	retain    time.Duration
 }
 
 func (f *workerFlags) register(fs flagSet) {
 	fs.StringVar(&f.consumer, "consumer", "", "this worker's name in the consumer group (default: host-pid-random); a worker restarted under its old name resumes its pending orders at once")
-	fs.IntVar(&f.batch, "batch", 200, "orders written to the database in one transaction")
+	fs.IntVar(&f.batch, "batch", 200, "orders written to the database in one transaction when the worker wakes up")
+	fs.DurationVar(&f.linger, "linger", 50*time.Millisecond, "while the worker keeps up with the orders, the least time between its reads of the order streams: what was accepted meanwhile goes to the database together, in fewer and larger transactions (0: none; at most 1s)")
 	fs.DurationVar(&f.claimIdle, "claim-idle", 15*time.Second, "how long a dead worker's orders wait before another worker claims them")
 	fs.DurationVar(&f.retain, "redis-retention", 10*time.Minute, "how long an ended sale's keys stay in Redis; then, once all its orders are written, the worker deletes them and the database answers for it")
 }
@@ -34,12 +36,18 @@ func (f *workerFlags) config() (worker.Config, error) {
 	switch {
 	case f.batch < 1 || f.batch > 10000:
 		return worker.Config{}, usagef("--batch: %d is not between 1 and 10000", f.batch)
+	case f.linger < 0 || f.linger > time.Second:
+		return worker.Config{}, usagef("--linger: %v is not between 0 and 1s", f.linger)
 	case f.claimIdle < 100*time.Millisecond:
 		return worker.Config{}, usagef("--claim-idle: %v is shorter than 100ms", f.claimIdle)
 	case f.retain < 0:
 		return worker.Config{}, usagef("--redis-retention: %v is negative", f.retain)
 	}
-	return worker.Config{Consumer: f.consumer, Batch: f.batch, ClaimIdle: f.claimIdle,
+	linger := f.linger
+	if linger == 0 {
+		linger = -1 // none (zero is the default in worker.Config)
+	}
+	return worker.Config{Consumer: f.consumer, Batch: f.batch, Linger: linger, ClaimIdle: f.claimIdle,
 		Retain: max(f.retain, time.Millisecond)}, nil
 }
 
