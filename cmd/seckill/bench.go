@@ -40,6 +40,7 @@ type benchConfig struct {
 	baseline    bool
 	compare     bool
 	noWorker    bool
+	selfHosted  bool // the service is this bench's child (set by runBench)
 	jsonOut     bool
 	// generator is the load generator of --baseline: auto, wrk or go;
 	// benchCmd resolves auto to one of the other two.
@@ -167,6 +168,7 @@ func runBench(ctx context.Context, c benchConfig, stdout, stderr io.Writer) erro
 			return err
 		}
 		defer svc.stop()
+		c.selfHosted = true
 	}
 	if c.baseline {
 		return runBaseline(ctx, c, stdout, stderr)
@@ -254,11 +256,23 @@ func verify(ctx context.Context, c benchConfig, rep *loadgen.Report, stderr io.W
 
 // The goals of the two scenarios (issue 13), as ratios to the bare handler
 // measured with wrk: the API tier alone, 2 cores shared with Redis and the
-// generator. The table prints them next to what was measured.
+// generator; and, for the first, the service with its worker, the database
+// on the same cores too. The table prints them next to what was measured.
 const (
-	targetSucceeds = 0.70
-	targetSoldOut  = 0.90
+	targetSucceeds       = 0.70
+	targetSucceedsWorker = 0.45
+	targetSoldOut        = 0.90
 )
+
+// succeedsTarget is the goal of "every grab succeeds" for the service
+// measured: with its worker if self-hosted with one (a --target's is not
+// known: the API tier's goal).
+func succeedsTarget(c benchConfig) float64 {
+	if c.selfHosted && !c.noWorker {
+		return targetSucceedsWorker
+	}
+	return targetSucceeds
+}
 
 // runBaseline measures two scenarios against a trivial handler in a process
 // of its own, with the same generator settings, and prints the ratios.
@@ -292,7 +306,7 @@ func runBaseline(ctx context.Context, c benchConfig, stdout, stderr io.Writer) e
 	time.Sleep(600 * time.Millisecond)
 	cfg := common
 	cfg.ActivityID, cfg.Users, cfg.FirstUserID = id, int(min(requests, 50_000_000)), 1
-	s, err := measurePair(ctx, "every grab succeeds", targetSucceeds, cfg, c.target, base, say)
+	s, err := measurePair(ctx, "every grab succeeds", succeedsTarget(c), cfg, c.target, base, say)
 	if err != nil {
 		return err
 	}

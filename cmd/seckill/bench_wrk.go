@@ -140,7 +140,7 @@ func runBaselineWrk(ctx context.Context, c benchConfig, baseURL string, stdout, 
 	if err != nil {
 		return err
 	}
-	s, n, err := w.scenario(ctx, "every grab succeeds", targetSucceeds, id, "accepted", http.StatusAccepted)
+	s, n, err := w.scenario(ctx, "every grab succeeds", succeedsTarget(c), id, "accepted", http.StatusAccepted)
 	if err != nil {
 		return err
 	}
