@@ -48,16 +48,17 @@ type Config struct {
 	// activities, or of one activity with a backlog. Default 4.
 	Parallel int
 	// Linger is how long, at least, lies between the starts of two rounds
-	// while every stream keeps up (no backlog): the orders accepted in
+	// while a crowd's orders arrive (the last round read crowdEntries or
+	// more) and every stream keeps up (no backlog): the orders accepted in
 	// between are read together, up to MaxBatch, and written in one
 	// transaction per stream instead of one per few milliseconds. A
 	// database's cost is largely per transaction (measured on PostgreSQL
 	// with the API on the same two cores: 19 µs of database CPU per order
 	// in the ~160-order batches of a worker that reads as soon as it has
 	// written, 10 µs with a linger of 50ms), and that CPU is taken from
-	// the grab path while the crowd is there. An order that arrives when
-	// the streams were idle is read at once; a backlog is read without
-	// pause. Default 50ms; negative: none.
+	// the grab path while the crowd is there. Orders that come a few at a
+	// time are read at once, and so is a backlog. Default 50ms; negative:
+	// none.
 	Linger time.Duration
 	// Poll is how often streams that look idle are read anyway, in case a
 	// wake-up message was lost in a way the subscription cannot tell (the
@@ -130,6 +131,12 @@ func (c *Config) defaults() {
 		c.TrimEvery = 10 * time.Second
 	}
 }
+
+// crowdEntries is the least a round must read for the next one to linger
+// (see Config.Linger): fewer means the orders come a few at a time, each
+// round driven by their arrival, and a transaction per round costs the
+// database little; holding them back would only delay them.
+const crowdEntries = 32
 
 // Worker consumes the order streams of all live activities.
 type Worker struct {
@@ -214,11 +221,11 @@ type stream struct {
 // PostgreSQL only for their last step: see store/postgres), the next one
 // queued as soon as one commits, and each one's Redis work (compensating,
 // acknowledging) overlaps another's database work. A read that gets less
-// than it asked for ends the backlog. While every stream keeps up, a round
-// begins at least Linger after the previous one, and reads up to MaxBatch:
-// what gathered in between goes in one transaction. A stream that wakes
-// up is read at once, a batch of Batch, which bounds the wait of an order
-// that arrives alone.
+// than it asked for ends the backlog. While a crowd's orders arrive and
+// every stream keeps up, a round begins at least Linger after the previous
+// one, and reads up to MaxBatch: what gathered in between goes in one
+// transaction. Orders that come a few at a time are read at once, in
+// batches of Batch.
 func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker started")
 	sub := w.rdb.Subscribe(ctx, w.engine.WakeChannel())
@@ -249,6 +256,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	pollNow := false
 	var lastRound time.Time // the start of the last round of hot streams
+	crowd := false          // whether that round read crowdEntries or more
 	for ctx.Err() == nil {
 	events:
 		for {
@@ -299,9 +307,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		// While the streams keep up, the next round waits out the
-		// linger (see Config.Linger) and reads what gathered meanwhile.
-		gather := w.cfg.Linger > 0 && !slices.ContainsFunc(hot, func(s *stream) bool { return s.backlog })
+		// While the streams keep up with a crowd, the next round waits
+		// out the linger (see Config.Linger) and reads what gathered
+		// meanwhile.
+		gather := w.cfg.Linger > 0 && crowd && !slices.ContainsFunc(hot, func(s *stream) bool { return s.backlog })
 		if gather {
 			if sleep(ctx, time.Until(lastRound.Add(w.cfg.Linger))); ctx.Err() != nil {
 				continue
@@ -312,6 +321,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		if err == errCrashed {
 			return nil
 		}
+		read := 0
+		for _, n := range got {
+			read += n
+		}
+		crowd = read >= crowdEntries
 		if err != nil && ctx.Err() == nil {
 			w.log.Warn("read streams", "err", err)
 			sleep(ctx, 100*time.Millisecond)
@@ -321,7 +335,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		// after that, or an order accepted in between would wait for a poll.
 		var idle []*stream
 		for _, s := range hot {
-			if !got[s] && s.start == ">" {
+			if got[s] == 0 && s.start == ">" {
 				idle = append(idle, s)
 			}
 		}
@@ -352,13 +366,13 @@ func (w *Worker) hot(streams map[int64]*stream) []*stream {
 // it got, Parallel batches at a time. A stream that gave entries, or an
 // error, stays hot; one that gave none (or is not loaded) is left cold,
 // except while its own pending entries are being read again. It reports the
-// streams that gave entries.
+// streams that gave entries, and how many each gave.
 //
 // While the batches are written, the next read of each stream with a
 // backlog is made already (the next round takes it), so that the database
 // does not wait for Redis between rounds. A round that gathers (after a
 // linger) reads up to MaxBatch of each stream.
-func (w *Worker) round(ctx context.Context, ss []*stream, gather bool) (map[*stream]bool, error) {
+func (w *Worker) round(ctx context.Context, ss []*stream, gather bool) (map[*stream]int, error) {
 	var toRead []*stream
 	for _, s := range ss {
 		if s.ahead == nil {
@@ -366,7 +380,7 @@ func (w *Worker) round(ctx context.Context, ss []*stream, gather bool) (map[*str
 		}
 	}
 	w.read(ctx, toRead, gather)
-	got := make(map[*stream]bool)
+	got := make(map[*stream]int)
 	var work []batch
 	var firstErr error
 	var ahead []*stream
@@ -398,7 +412,7 @@ func (w *Worker) round(ctx context.Context, ss []*stream, gather bool) (map[*str
 			}
 			continue
 		}
-		got[s] = true
+		got[s] = len(msgs)
 		s.hot, s.settled = true, false
 		s.backlog = len(msgs) >= r.count
 		if s.cutoff != "" && !stock.IDLess(msgs[len(msgs)-1].ID, s.cutoff) {

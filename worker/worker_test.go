@@ -248,52 +248,74 @@ func TestTransient(t *testing.T) {
 	}
 }
 
-// TestLingerGathers: while the worker keeps up with a steady trickle of
-// orders, its rounds begin at least Linger apart, so the trickle is written
-// in a few transactions (one per linger, or two when a round finds the
-// stream empty and cools it down) rather than one per few milliseconds.
-// Every order is still written.
+// TestLingerGathers: while a crowd's orders arrive and the worker keeps up,
+// its rounds begin at least Linger apart, so the crowd is written in a few
+// transactions (one per linger, or two when a round finds the stream empty
+// and cools it down) rather than one per few milliseconds; orders that come
+// one at a time are written at once, whatever the linger. Every order is
+// written.
 func TestLingerGathers(t *testing.T) {
-	const linger = 200 * time.Millisecond
-	f := newFixture(t, 100_000)
-	var batches atomic.Int64
-	w := New(f.store, f.engine, Config{Consumer: "w", Batch: 4, Linger: linger, Poll: 100 * time.Millisecond,
-		Discover: 50 * time.Millisecond}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	w.crashAt = func(stage string) bool {
-		if stage == "read" {
-			batches.Add(1)
+	start := func(t *testing.T, f *fixture, linger time.Duration) *atomic.Int64 {
+		var batches atomic.Int64
+		w := New(f.store, f.engine, Config{Consumer: "w", Batch: 4, Linger: linger, Poll: 100 * time.Millisecond,
+			Discover: 50 * time.Millisecond}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+		w.crashAt = func(stage string) bool {
+			if stage == "read" {
+				batches.Add(1)
+			}
+			return false
 		}
-		return false
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		})
+		return &batches
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
+	waitConfirmed := func(t *testing.T, f *fixture, n int64) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for f.confirmed(t) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("confirmed %d of %d orders in 20s", f.confirmed(t), n)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-	}()
+	}
 
-	began := time.Now()
-	var n int64
-	for time.Since(began) < time.Second {
-		n++
-		f.grab(t, n)
-		time.Sleep(2 * time.Millisecond)
-	}
-	elapsed := time.Since(began)
-	deadline := time.Now().Add(20 * time.Second)
-	for f.confirmed(t) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("confirmed %d of %d orders in 20s", f.confirmed(t), n)
+	t.Run("crowd", func(t *testing.T) {
+		const linger = 200 * time.Millisecond
+		f := newFixture(t, 100_000)
+		batches := start(t, f, linger)
+		began := time.Now()
+		var n int64
+		for time.Since(began) < time.Second {
+			for range 2 * crowdEntries {
+				n++
+				f.grab(t, n)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	limit := 2*int64(elapsed/linger) + 4
-	if got := batches.Load(); got > limit {
-		t.Errorf("%d orders over %v in %d transactions, want at most %d (linger %v)", n, elapsed.Round(time.Millisecond), got, limit, linger)
-	} else {
-		t.Logf("%d orders over %v in %d transactions", n, elapsed.Round(time.Millisecond), got)
-	}
+		elapsed := time.Since(began)
+		waitConfirmed(t, f, n)
+		limit := 2*int64(elapsed/linger) + 4
+		if got := batches.Load(); got > limit {
+			t.Errorf("%d orders over %v in %d transactions, want at most %d (linger %v)", n, elapsed.Round(time.Millisecond), got, limit, linger)
+		} else {
+			t.Logf("%d orders over %v in %d transactions", n, elapsed.Round(time.Millisecond), got)
+		}
+	})
+
+	t.Run("one at a time", func(t *testing.T) {
+		f := newFixture(t, 100)
+		start(t, f, time.Hour)
+		for n := int64(1); n <= 10; n++ {
+			f.grab(t, n)
+			waitConfirmed(t, f, n)
+		}
+	})
 }
