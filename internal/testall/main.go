@@ -79,7 +79,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else {
 		fmt.Fprintf(stdout, "testall: running without -race: %s\n", raceNote)
 	}
-	goArgs = append(goArgs, "-count=1")
+	// go test's own bound is 10 minutes a package: cmd/seckill's tests
+	// took 8.7 of them on a 2-core machine running two suites at once.
+	// A test that hangs still ends in a panic with every goroutine's
+	// stack, within CI's 20 minutes; a -timeout in args overrides it.
+	goArgs = append(goArgs, "-count=1", "-timeout=15m")
 	// the main module, then the nested ones (the lock library, the test
 	// helpers): go test ./... does not cross into a module of its own
 	flags, runs := plan(args, nestedModules(repoRoot()))
