@@ -36,9 +36,9 @@ type Config struct {
 	// resumes its own pending entries at once; under a new name they are
 	// claimed after ClaimIdle.
 	Consumer string
-	// Batch is the most entries written in one transaction when a stream
-	// wakes up (its first read after idling), and while it keeps up if
-	// Linger is negative. Default 200.
+	// Batch is the most entries written in one transaction while a stream
+	// keeps up with orders that come a few at a time (with Linger
+	// negative: with any crowd). Default 200.
 	Batch int
 	// MaxBatch is the most entries written in one transaction when a
 	// stream has a backlog (when a read of it gets all it asked for: see

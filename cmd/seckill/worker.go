@@ -26,8 +26,8 @@ type workerFlags struct {
 
 func (f *workerFlags) register(fs flagSet) {
 	fs.StringVar(&f.consumer, "consumer", "", "this worker's name in the consumer group (default: host-pid-random); a worker restarted under its old name resumes its pending orders at once")
-	fs.IntVar(&f.batch, "batch", 200, "orders written to the database in one transaction when the worker wakes up")
-	fs.DurationVar(&f.linger, "linger", 50*time.Millisecond, "while the worker keeps up with the orders, the least time between its reads of the order streams: what was accepted meanwhile goes to the database together, in fewer and larger transactions (0: none; at most 1s)")
+	fs.IntVar(&f.batch, "batch", 200, "orders written to the database in one transaction while they come a few at a time (a crowd's: see --linger)")
+	fs.DurationVar(&f.linger, "linger", 50*time.Millisecond, "while a crowd's orders arrive and the worker keeps up, the least time between its reads of the order streams: what was accepted meanwhile goes to the database together, up to 4,000 orders a transaction (0: none; at most 1s)")
 	fs.DurationVar(&f.claimIdle, "claim-idle", 15*time.Second, "how long a dead worker's orders wait before another worker claims them")
 	fs.DurationVar(&f.retain, "redis-retention", 10*time.Minute, "how long an ended sale's keys stay in Redis; then, once all its orders are written, the worker deletes them and the database answers for it")
 }
