@@ -320,14 +320,20 @@ func TestWaitDrained(t *testing.T) {
 		t.Errorf("gave up after %s, want about 300ms", d)
 	}
 
-	// A worker catches up while WaitDrained waits.
+	// A worker catches up while WaitDrained waits. WaitDrained may see
+	// the acknowledgement before the worker's client has its reply: the
+	// test waits for the worker before the client is closed.
 	keys := stock.KeysFor(prefix, activityID)
+	consumed := make(chan struct{})
 	go func() {
+		defer close(consumed)
 		time.Sleep(200 * time.Millisecond)
 		consume(context.Background(), t, rdb, keys.Orders, true)
 	}()
 	start = time.Now()
-	if err := check.WaitDrained(ctx, rdb, prefix, activityID, 5*time.Second); err != nil {
+	err = check.WaitDrained(ctx, rdb, prefix, activityID, 5*time.Second)
+	<-consumed
+	if err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d < 150*time.Millisecond {
