@@ -53,7 +53,8 @@ func startServe(t testing.TB, be backend, prefix string, extra ...string) *insta
 			c.compareResults = f
 		}
 	}
-	go func() { done <- runServe(ctx, c, io.Discard, testWriter{t}) }()
+	logs := newTestLog(t)
+	go func() { done <- runServe(ctx, c, io.Discard, logs) }()
 	select {
 	case addr := <-ready:
 		in.url = "http://" + addr
@@ -62,6 +63,7 @@ func startServe(t testing.TB, be backend, prefix string, extra ...string) *insta
 		t.Fatalf("serve did not start: %v", err)
 	case <-time.After(30 * time.Second):
 		cancel()
+		<-done
 		t.Fatal("serve did not start in 30s")
 	}
 	t.Cleanup(func() {
@@ -73,10 +75,39 @@ func startServe(t testing.TB, be backend, prefix string, extra ...string) *insta
 	return in
 }
 
-type testWriter struct{ t testing.TB }
+// testLog is a test's log for goroutines that may outlive the test (a
+// process's output, a service's background work): what they write once
+// the test's cleanups registered after it have run is dropped, since a
+// test's log written after the test ended panics. It is also a Writer,
+// a line of log per write.
+type testLog struct {
+	t      testing.TB
+	mu     sync.Mutex
+	closed bool
+}
 
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
+// newTestLog returns t's log, closed by a cleanup: it runs after the
+// cleanups registered later (those that stop what writes to it).
+func newTestLog(t testing.TB) *testLog {
+	l := &testLog{t: t}
+	t.Cleanup(func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.closed = true
+	})
+	return l
+}
+
+func (l *testLog) Logf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.t.Logf(format, args...)
+	}
+}
+
+func (l *testLog) Write(p []byte) (int, error) {
+	l.Logf("%s", strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
 

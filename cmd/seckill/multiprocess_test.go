@@ -71,10 +71,13 @@ func startProc(t *testing.T, args ...string) *proc {
 		t.Fatal(err)
 	}
 	p := &proc{cmd: cmd, done: make(chan struct{})}
+	// The reader may still be logging the process's last lines when done
+	// closes and the test ends: its log drops them after the cleanup below.
+	logs := newTestLog(t)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			t.Logf("%s: %s", args[0], sc.Text())
+			logs.Logf("%s: %s", args[0], sc.Text())
 		}
 	}()
 	go func() {

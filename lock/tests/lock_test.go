@@ -607,13 +607,14 @@ func TestWokenByRelease(t *testing.T) {
 					t.Fatal(err)
 				}
 				got := make(chan time.Time, 1)
+				failed := make(chan error, 1)
 				go func() {
 					l, err := waiterClient.Lock(ctx, name, lock.WithRetry(lock.LinearBackoff(10*time.Second)))
-					got <- time.Now()
 					if err != nil {
-						t.Error(err)
+						failed <- err // reported by the test, not after it
 						return
 					}
+					got <- time.Now()
 					l.Unlock(ctx)
 				}()
 				// release only once the waiter found the lock taken: then
@@ -623,6 +624,8 @@ func TestWokenByRelease(t *testing.T) {
 					select {
 					case n := <-taken:
 						found = n == name
+					case err := <-failed:
+						t.Fatalf("the waiter failed: %v", err)
 					case <-timeout:
 						t.Fatal("the waiter made no attempt")
 					}
@@ -634,6 +637,8 @@ func TestWokenByRelease(t *testing.T) {
 				select {
 				case at := <-got:
 					t.Logf("woken %v after the release", at.Sub(released).Round(time.Microsecond))
+				case err := <-failed:
+					t.Fatalf("the waiter failed: %v", err)
 				case <-time.After(2 * time.Second):
 					t.Fatal("the waiter was not woken by the release")
 				}
