@@ -54,7 +54,7 @@ type Config struct {
 	// transaction per stream instead of one per few milliseconds. A
 	// database's cost is largely per transaction (measured on PostgreSQL
 	// with the API on the same two cores: 19 µs of database CPU per order
-	// in the ~160-order batches of a worker that reads as soon as it has
+	// in the ~180-order batches of a worker that reads as soon as it has
 	// written, 10 µs with a linger of 50ms), and that CPU is taken from
 	// the grab path while the crowd is there. Orders that come a few at a
 	// time are read at once, and so is a backlog. Default 50ms; negative:
