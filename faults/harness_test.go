@@ -100,6 +100,9 @@ type envOptions struct {
 	workerRedis func(direct string) string
 	// dbURL, if set, is the database to use instead of a fresh one.
 	dbURL string
+	// dbParams, if set, are added to the query of the processes' database
+	// URL (server parameters).
+	dbParams url.Values
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -121,12 +124,19 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.procRedis != nil {
 		procRedis = "redis://" + o.procRedis(redisAddr)
 	}
-	if o.procDB != nil {
+	if o.procDB != nil || o.dbParams != nil {
 		u, err := url.Parse(dbURL)
 		if err != nil {
 			t.Fatal(err)
 		}
-		u.Host = o.procDB(u.Host)
+		if o.procDB != nil {
+			u.Host = o.procDB(u.Host)
+		}
+		q := u.Query()
+		for k, v := range o.dbParams {
+			q[k] = v
+		}
+		u.RawQuery = q.Encode()
 		procDB = u.String()
 	}
 	workerRedis := ""

@@ -3,6 +3,7 @@ package faults_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"testing"
 	"time"
 
@@ -74,6 +75,87 @@ func (e *env) openTransactions(ctx context.Context) (int, error) {
 	var n int
 	err := e.chk.DB.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
 AND state = 'idle in transaction' AND state_change < now() - interval '100 milliseconds'`).Scan(&n)
+	return n, err
+}
+
+// TestWorkerFrozenInTransaction: a worker is stopped with SIGSTOP inside
+// its database transaction after it wrote (orders inserted, which the
+// other worker waits for once it claims the same entries, or the
+// activity's row lock taken, which every batch waits for; the link to
+// PostgreSQL is slowed by 20ms so that transactions last long enough to be
+// caught), and stays stopped. The
+// database must end the frozen session (the processes' URL sets
+// idle_in_transaction_session_timeout to 2s; the default is 15s, see
+// sqlstore.IdleTxTimeout) and the other worker must write every order of
+// the sale, the frozen one's claimed entries included, while it is still
+// stopped; continued, the frozen worker finds its transaction gone and
+// carries on. Nothing may be lost or doubled.
+func TestWorkerFrozenInTransaction(t *testing.T) {
+	e := newEnv(t, envOptions{apis: 2, workers: 2, stock: 600,
+		dbParams: url.Values{"idle_in_transaction_session_timeout": {"2s"}},
+		procDB: func(direct string) string {
+			p := startProxy(t, "db", direct)
+			p.Slow(20 * time.Millisecond)
+			return p.Addr()
+		}})
+	var writtenWhileStopped bool
+	out := e.run(e.crowd(1200, 1800, 400), func(ctx context.Context, p *cluster.CrowdProgress) {
+		if !waitAccepted(ctx, p, e.stock/4) {
+			return
+		}
+		w := e.c.Workers()[0]
+		caught := false
+		for try := 0; try < 40 && ctx.Err() == nil && !caught; try++ {
+			if !e.inHand(ctx, w, 10*time.Second) {
+				continue
+			}
+			if err := w.Proc().Stop(); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(150 * time.Millisecond)
+			open, err := e.writingTransactions(ctx)
+			if caught = err == nil && open > 0; !caught {
+				if err := w.Proc().Cont(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+		if !caught {
+			t.Errorf("never caught %s inside a transaction", w.Name)
+			return
+		}
+		stoppedAt := time.Now()
+		e.fault("worker SIGSTOP", "%s inside its database transaction, left stopped", w.Name)
+		// Every order of the sale written while the frozen worker is still
+		// stopped: the crowd has bought the whole stock and the stream is
+		// drained.
+		writtenWhileStopped = cluster.Wait(ctx, time.Minute, func() bool {
+			b, err := e.chk.Backlog(ctx, e.activity)
+			return p.Accepted() >= e.stock && err == nil && b.Drained()
+		})
+		open, err := e.writingTransactions(ctx)
+		e.logf("after %s: every order written: %t; sessions idle in a transaction that wrote: %d (%v)",
+			time.Since(stoppedAt).Round(time.Millisecond), writtenWhileStopped, open, err)
+		if err := w.Proc().Cont(); err != nil {
+			t.Error(err)
+		}
+	})
+	requireHeld(t, out.report)
+	if !writtenWhileStopped {
+		t.Errorf("the orders were not all written within a minute while a worker was frozen inside its transaction: the frozen session kept its lock")
+	}
+}
+
+// writingTransactions counts the sessions of the test's database idle for
+// more than 100ms in a transaction that has written (it has a transaction
+// id): a worker paused after inserting orders or taking the activity's
+// row lock, which the same orders, or every batch, then wait for.
+func (e *env) writingTransactions(ctx context.Context) (int, error) {
+	var n int
+	err := e.chk.DB.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+AND state = 'idle in transaction' AND backend_xid IS NOT NULL AND state_change < now() - interval '100 milliseconds'`).Scan(&n)
 	return n, err
 }
 

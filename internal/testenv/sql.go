@@ -105,3 +105,16 @@ func pingDB(db *sql.DB) error {
 	defer cancel()
 	return db.PingContext(ctx)
 }
+
+// WithParam returns rawURL with its query parameter k set to v.
+func WithParam(t testing.TB, rawURL, k, v string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set(k, v)
+	u.RawQuery = q.Encode()
+	return u.String()
+}

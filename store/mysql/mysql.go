@@ -42,6 +42,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,12 +79,25 @@ const (
 )
 
 // Open connects to the database at url, pings it, and applies the migrations
-// it lacks. See Config for the form of url.
+// it lacks. See Config for the form of url. Its sessions end when idle in a
+// transaction for 15s: MariaDB's idle_transaction_timeout, or on MySQL,
+// which has no such limit, wait_timeout (a parameter of that name in url
+// sets another limit).
 func Open(ctx context.Context, url string) (*Store, error) { return open(ctx, url, "") }
 
 // open connects to the database at url and applies the migrations it lacks
 // up to version upTo ("": all of them).
-func open(ctx context.Context, url, upTo string) (*Store, error) {
+func open(ctx context.Context, url, upTo string) (*Store, error) { return openAs(ctx, url, upTo, "") }
+
+// Servers, as openAs tells them apart.
+const (
+	serverMySQL   = "mysql"
+	serverMariaDB = "mariadb"
+)
+
+// openAs is open on a server of the kind given (serverMySQL or
+// serverMariaDB), or, if "", of the kind the server says it is.
+func openAs(ctx context.Context, url, upTo, server string) (*Store, error) {
 	cfg, err := Config(url)
 	if err != nil {
 		return nil, err
@@ -98,6 +112,19 @@ func open(ctx context.Context, url, upTo string) (*Store, error) {
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("mysql: cannot reach database %s at %s: %w", cfg.DBName, cfg.Addr, err)
+	}
+	if server == "" {
+		if server, err = serverOf(ctx, db); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	if limitIdleTx(cfg, server) {
+		// The connection the ping made lacks the variable.
+		db.Close()
+		if db, err = openDB(cfg, maxConns); err != nil {
+			return nil, err
+		}
 	}
 	if err := migrate(ctx, cfg, upTo); err != nil {
 		db.Close()
@@ -157,8 +184,45 @@ func openDB(cfg *gomysql.Config, conns int) (*sql.DB, error) {
 	db := sql.OpenDB(connector)
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
-	db.SetConnMaxIdleTime(5 * time.Minute)
+	idle := 5 * time.Minute
+	// A connection idle for wait_timeout is closed by the server: the
+	// pool lets go of it first.
+	if n, err := strconv.Atoi(cfg.Params["wait_timeout"]); err == nil && n > 0 {
+		idle = min(idle, time.Duration(n)*time.Second/2)
+	}
+	db.SetConnMaxIdleTime(idle)
 	return db, nil
+}
+
+// serverOf tells MariaDB from MySQL.
+func serverOf(ctx context.Context, db *sql.DB) (string, error) {
+	var v string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
+		return "", fmt.Errorf("mysql: server version: %w", err)
+	}
+	if strings.Contains(strings.ToLower(v), "mariadb") {
+		return serverMariaDB, nil
+	}
+	return serverMySQL, nil
+}
+
+// limitIdleTx makes the server end a session that sits idle inside a
+// transaction for sqlstore.IdleTxTimeout, and so release its locks, unless
+// cfg sets the variable that does it; it reports whether it set it.
+// MariaDB has idle_transaction_timeout. MySQL has no such limit: there it
+// sets wait_timeout, which ends a session idle for that long whether in a
+// transaction or not (the pool lets go of idle connections before, see
+// openDB).
+func limitIdleTx(cfg *gomysql.Config, server string) bool {
+	v := "wait_timeout"
+	if server == serverMariaDB {
+		v = "idle_transaction_timeout"
+	}
+	if _, ok := cfg.Params[v]; ok {
+		return false
+	}
+	cfg.Params[v] = strconv.Itoa(int(sqlstore.IdleTxTimeout / time.Second))
+	return true
 }
 
 // Config turns mysql://user:pass@host[:port]/db?params into the driver's

@@ -1,18 +1,21 @@
 package mysql_test
 
 import (
+	"cmp"
 	"context"
 	gosql "database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/internal/testenv"
+	"github.com/seckilldev/seckill/store/internal/sqlstore"
 	"github.com/seckilldev/seckill/store/mysql"
 	"github.com/seckilldev/seckill/store/storetest"
 )
@@ -334,5 +337,87 @@ func TestPlans(t *testing.T) {
 		if !strings.Contains(first, "key="+tt.Index) || strings.Contains(got, "type=ALL") || strings.Contains(got, "filesort") {
 			t.Errorf("plan of %s does not read %s alone", tt.Query, tt.Index)
 		}
+	}
+}
+
+// isMariaDB tells whether the test server is MariaDB.
+func isMariaDB(t *testing.T, db *gosql.DB) bool {
+	var v string
+	if err := db.QueryRowContext(context.Background(), `SELECT VERSION()`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(strings.ToLower(v), "mariadb")
+}
+
+// The two ways the store ends a session idle in a transaction: MariaDB's
+// idle_transaction_timeout, and MySQL's wait_timeout (which MariaDB has
+// too, so both run on MariaDB; the first is skipped on MySQL).
+var idleTxCases = []struct {
+	server, variable string
+	open             func(ctx context.Context, url string) (*mysql.Store, error)
+	// values a URL may give the variable (wait_timeout has no "none")
+	values []string
+}{
+	{"mariadb", "idle_transaction_timeout", mysql.Open, []string{"0", "600"}},
+	{"mysql", "wait_timeout", mysql.OpenAsMySQL, []string{"600"}},
+}
+
+func openCase(t *testing.T, open func(ctx context.Context, url string) (*mysql.Store, error), url string) *mysql.Store {
+	t.Helper()
+	s, err := open(context.Background(), url)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestStalledTransaction(t *testing.T) {
+	for _, c := range idleTxCases {
+		t.Run(c.server, func(t *testing.T) {
+			s := openCase(t, c.open, testenv.WithParam(t, testenv.MySQLURL(t), c.variable, "1"))
+			if c.server == "mariadb" && !isMariaDB(t, s.DB()) {
+				t.Skip("MySQL has no idle_transaction_timeout")
+			}
+			storetest.RunStalledTransaction(t, s, func(ctx context.Context, id int64) (func() error, error) {
+				tx, err := s.DB().BeginTx(ctx, nil)
+				if err != nil {
+					return nil, err
+				}
+				if _, err := tx.ExecContext(ctx, `SELECT id FROM activities WHERE id = ? FOR UPDATE`, id); err != nil {
+					tx.Rollback()
+					return nil, err
+				}
+				return tx.Commit, nil
+			})
+		})
+	}
+}
+
+// TestIdleTxTimeout: the store's sessions end when idle in a transaction
+// for sqlstore.IdleTxTimeout, through the server's variable, unless the
+// URL sets that variable.
+func TestIdleTxTimeout(t *testing.T) {
+	want := strconv.Itoa(int(sqlstore.IdleTxTimeout.Seconds()))
+	for _, c := range idleTxCases {
+		t.Run(c.server, func(t *testing.T) {
+			for _, param := range append([]string{""}, c.values...) {
+				url := testenv.MySQLURL(t)
+				if param != "" {
+					url = testenv.WithParam(t, url, c.variable, param)
+				}
+				s := openCase(t, c.open, url)
+				if c.server == "mariadb" && !isMariaDB(t, s.DB()) {
+					t.Skip("MySQL has no idle_transaction_timeout")
+				}
+				var name, got string
+				if err := s.DB().QueryRowContext(context.Background(), `SHOW SESSION VARIABLES LIKE '`+c.variable+`'`).Scan(&name, &got); err != nil {
+					t.Fatal(err)
+				}
+				if w := cmp.Or(param, want); got != w {
+					t.Errorf("URL parameter %q: %s = %q, want %q", param, c.variable, got, w)
+				}
+			}
+		})
 	}
 }

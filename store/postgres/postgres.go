@@ -49,6 +49,9 @@ var _ seckill.Store = (*Store)(nil)
 
 // Open connects to the database at url (postgres:// or postgresql://, with
 // any parameter pgx accepts), pings it, and applies the migrations it lacks.
+// Its sessions end when idle in a transaction for 15s
+// (idle_in_transaction_session_timeout; a parameter of that name in url
+// sets another limit, 0 none).
 func Open(ctx context.Context, url string) (*Store, error) { return open(ctx, url, "") }
 
 // open connects to the database at url and applies the migrations it lacks
@@ -68,6 +71,11 @@ func open(ctx context.Context, url, upTo string) (*Store, error) {
 	// growing linearly). Planning each run costs far less than that.
 	if _, ok := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	}
+	// A session frozen or cut off inside a transaction ends after
+	// sqlstore.IdleTxTimeout, and its locks with it.
+	if _, ok := cfg.ConnConfig.RuntimeParams[idleTxParam]; !ok {
+		cfg.ConnConfig.RuntimeParams[idleTxParam] = fmt.Sprintf("%dms", sqlstore.IdleTxTimeout.Milliseconds())
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -95,6 +103,9 @@ func open(ctx context.Context, url, upTo string) (*Store, error) {
 		Retryable: retryable,
 	})}, nil
 }
+
+// idleTxParam is PostgreSQL's limit on a session idle in a transaction.
+const idleTxParam = "idle_in_transaction_session_timeout"
 
 // conn adapts the pool or a transaction to sqlstore.Conn.
 type conn struct {

@@ -226,3 +226,41 @@ func pgxArgs(q string, activityID int64) []any {
 	}
 	return nil
 }
+
+func TestStalledTransaction(t *testing.T) {
+	s := openStore(t, testenv.WithParam(t, testenv.PostgresURL(t), "idle_in_transaction_session_timeout", "1s"))
+	storetest.RunStalledTransaction(t, s, func(ctx context.Context, id int64) (func() error, error) {
+		tx, err := s.Pool().Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := tx.Exec(ctx, `SELECT id FROM activities WHERE id = $1 FOR UPDATE`, id); err != nil {
+			tx.Rollback(ctx)
+			return nil, err
+		}
+		return func() error { return tx.Commit(ctx) }, nil
+	})
+}
+
+// TestIdleTxTimeout: the store's sessions end when idle in a transaction
+// for sqlstore.IdleTxTimeout, unless the URL says otherwise.
+func TestIdleTxTimeout(t *testing.T) {
+	for _, c := range []struct{ param, want string }{
+		{"", fmt.Sprintf("%.0fs", sqlstore.IdleTxTimeout.Seconds())},
+		{"0", "0"},
+		{"1min", "1min"},
+	} {
+		url := testenv.PostgresURL(t)
+		if c.param != "" {
+			url = testenv.WithParam(t, url, "idle_in_transaction_session_timeout", c.param)
+		}
+		s := openStore(t, url)
+		var got string
+		if err := s.Pool().QueryRow(context.Background(), `SHOW idle_in_transaction_session_timeout`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("URL parameter %q: idle_in_transaction_session_timeout = %q, want %q", c.param, got, c.want)
+		}
+	}
+}

@@ -812,3 +812,43 @@ func names(as []seckill.Activity) []string {
 	}
 	return ns
 }
+
+// RunStalledTransaction checks that a session frozen inside a transaction
+// cannot hold up an activity's orders: the caller opened s on a URL that
+// makes the server end a session idle in a transaction after a short
+// while, and stall begins a transaction on one of s's own connections,
+// locks the activity's row and leaves the transaction open (as a process
+// stopped, or cut off, between BEGIN and COMMIT would). ApplyOrders of the
+// activity must then complete while that transaction was never finished
+// (it waits for the lock until the server ends the stalled session), and
+// finishing it afterwards must fail.
+func RunStalledTransaction(t *testing.T, s seckill.Store, stall func(ctx context.Context, activityID int64) (commit func() error, err error)) {
+	a := newActivity(t, s, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	commit, err := stall(ctx, a.ID)
+	if err != nil {
+		t.Fatalf("stall: %v", err)
+	}
+	// Finished on every path: a pool does not close while one of its
+	// connections is in a transaction.
+	finished := false
+	finish := func() error { finished = true; return commit() }
+	defer func() {
+		if !finished {
+			finish()
+		}
+	}()
+	got, err := s.ApplyOrders(ctx, []seckill.OrderRequest{req(1, a.ID, 1), req(2, a.ID, 2)})
+	if err != nil {
+		t.Fatalf("ApplyOrders behind a stalled transaction: %v (the server did not end the stalled session within a minute)", err)
+	}
+	checkOutcomes(t, "ApplyOrders", got, []seckill.Outcome{confirmed, confirmed})
+	if err := finish(); err == nil {
+		t.Error("the stalled transaction committed after the orders were written: it did not hold the lock they waited for")
+	}
+	checkRemaining(t, s, a.ID, 1)
+	checkBuyers(t, s, a.ID, []seckill.Buyer{{UserID: 1, OrderID: 1}, {UserID: 2, OrderID: 2}})
+	// The store goes on: its pool lets go of the ended session.
+	checkApply(t, s, []seckill.OrderRequest{req(3, a.ID, 3), req(4, a.ID, 4)}, confirmed, soldOut)
+}

@@ -174,6 +174,17 @@ func (c dollarConn) QueryRow(ctx context.Context, q string, args ...any) Row {
 	return c.c.QueryRow(ctx, Dollar(q), args...)
 }
 
+// IdleTxTimeout is how long PostgreSQL and MySQL let a session of the
+// store sit idle inside a transaction before they end the session, and the
+// transaction with it: a process frozen, or cut off from the database,
+// between BEGIN and COMMIT would otherwise hold its row locks (the
+// activity's, which every batch of the sale's orders needs) until the
+// server noticed, hours later with TCP's default keepalive. Every
+// transaction of the store runs its statements back to back, milliseconds
+// apart, so a healthy one never comes near it. A URL that sets the
+// server's own variable keeps its value.
+const IdleTxTimeout = 15 * time.Second
+
 // TimeFormat is how SQLite stores times: UTC text that its date functions
 // understand and that sorts like the times it holds.
 const TimeFormat = "2006-01-02 15:04:05.000"
