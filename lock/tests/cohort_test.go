@@ -247,14 +247,7 @@ func TestCohortLostHoldWakesNext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *lock.Lock, 1)
-		go func() {
-			l, err := c.Lock(ctx, "lost", lease)
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
+		got := lockAsync(func() (*lock.Lock, error) { return c.Lock(ctx, "lost", lease) })
 		time.Sleep(50 * time.Millisecond) // let it wait in the cohort
 		admin := newClient(t, r, prefix)
 		if _, err := admin.ForceUnlock(ctx, "lost"); err != nil {
@@ -270,12 +263,10 @@ func TestCohortLostHoldWakesNext(t *testing.T) {
 		}
 		var second *lock.Lock
 		select {
-		case second = <-got:
+		case a := <-got:
+			second = a.must(t)
 		case <-ctx.Done():
 			t.Fatal("the waiter never got the lock after the hold was lost")
-		}
-		if second == nil {
-			t.FailNow()
 		}
 		if second.Token() <= first.Token() {
 			t.Fatalf("token %d after %d", second.Token(), first.Token())

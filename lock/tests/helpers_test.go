@@ -200,3 +200,31 @@ func checkGoroutines(t *testing.T) {
 }
 
 const sigStop, sigCont = syscall.SIGSTOP, syscall.SIGCONT
+
+// acquired is the outcome of a Lock call made in another goroutine.
+type acquired struct {
+	l   *lock.Lock
+	err error
+}
+
+// lockAsync runs take in a goroutine and delivers its outcome on the
+// channel it returns. The goroutine neither blocks (the channel is
+// buffered) nor touches t: a test that already failed and ended cannot be
+// reported to afterwards, which would panic and hide the first failure.
+func lockAsync(take func() (*lock.Lock, error)) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		l, err := take()
+		ch <- acquired{l, err}
+	}()
+	return ch
+}
+
+// must returns the lock, or fails the test with the error.
+func (a acquired) must(t testing.TB) *lock.Lock {
+	t.Helper()
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	return a.l
+}

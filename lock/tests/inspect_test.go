@@ -94,14 +94,9 @@ func TestForceUnlock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *lock.Lock)
-		go func() {
-			l, err := c.Lock(ctx, "stuck", lock.WithRetry(lock.LinearBackoff(10*time.Second)))
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
+		got := lockAsync(func() (*lock.Lock, error) {
+			return c.Lock(ctx, "stuck", lock.WithRetry(lock.LinearBackoff(10*time.Second)))
+		})
 		waitInLine(t, admin, "stuck", 1)
 		removed, err := admin.ForceUnlock(ctx, "stuck")
 		if err != nil {
@@ -112,7 +107,8 @@ func TestForceUnlock(t *testing.T) {
 		}
 		var next *lock.Lock
 		select {
-		case next = <-got:
+		case a := <-got:
+			next = a.must(t)
 		case <-time.After(5 * time.Second):
 			t.Fatal("the waiter did not get the lock")
 		}

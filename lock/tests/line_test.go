@@ -28,11 +28,12 @@ func TestLineOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		order := make(chan int, waiters)
+		errs := make(chan error, waiters)
 		for i := range waiters {
 			go func() {
 				l, err := clients[i].Lock(ctx, "line", lock.WithRetry(lock.LinearBackoff(10*time.Second)))
 				if err != nil {
-					t.Error(err)
+					errs <- err
 					order <- -1
 					return
 				}
@@ -44,7 +45,11 @@ func TestLineOrder(t *testing.T) {
 		}
 		holder.Unlock(ctx)
 		for want := range waiters {
-			if got := <-order; got != want {
+			got := <-order
+			if got < 0 {
+				t.Fatal(<-errs)
+			}
+			if got != want {
 				t.Fatalf("waiter %d got the lock in place %d", got, want)
 			}
 		}
@@ -119,10 +124,11 @@ func TestLineWithinClient(t *testing.T) {
 			waitInLine(t, mine, "cohort", n)
 		}
 		order := make(chan string, 11)
+		errs := make(chan error, 11)
 		take := func(c *lock.Client, who string) {
 			l, err := c.Lock(ctx, "cohort", lock.WithRetry(lock.LinearBackoff(10*time.Second)))
 			if err != nil {
-				t.Error(err)
+				errs <- err
 				order <- "error"
 				return
 			}
@@ -138,7 +144,11 @@ func TestLineWithinClient(t *testing.T) {
 		holder.Unlock(ctx)
 		var got []string
 		for range 11 {
-			got = append(got, <-order)
+			who := <-order
+			if who == "error" {
+				t.Fatal(<-errs)
+			}
+			got = append(got, who)
 		}
 		want := []string{"mine", "mine", "mine", "mine", "mine", "mine", "mine", "mine", "other", "mine", "mine"}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -167,20 +177,15 @@ func TestWaiterGone(t *testing.T) {
 		go dead.Lock(dctx, "gone", lock.WithWatchdog(lease))
 		waitInLine(t, c, "gone", 1)
 		close(h.hang) // it can no longer refresh, nor leave the line
-		got := make(chan *lock.Lock)
-		go func() {
-			l, err := c.Lock(ctx, "gone", lock.WithRetry(lock.LinearBackoff(10*time.Second)))
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
+		got := lockAsync(func() (*lock.Lock, error) {
+			return c.Lock(ctx, "gone", lock.WithRetry(lock.LinearBackoff(10*time.Second)))
+		})
 		waitInLine(t, c, "gone", 2)
 		time.Sleep(2 * lease) // the dead waiter's place runs out
 		holder.Unlock(ctx)
 		select {
-		case l := <-got:
-			l.Unlock(ctx)
+		case a := <-got:
+			a.must(t).Unlock(ctx)
 		case <-time.After(5 * time.Second):
 			st, _ := c.Inspect(ctx, "gone")
 			t.Fatalf("the live waiter did not get the lock: %+v", st)

@@ -410,20 +410,17 @@ func TestFencing(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(holder, "free")
-		got := make(chan *lock.Lock)
+		got := make(chan acquired, 5) // never blocks a waiter, which never touches t
 		for range 5 {
 			go func() {
 				l, err := c.Lock(ctx, "fence")
-				if err != nil {
-					t.Error(err)
-				}
-				got <- l
+				got <- acquired{l, err}
 			}()
 		}
 		time.Sleep(100 * time.Millisecond)
 		for range 5 {
 			holder.Unlock(ctx)
-			holder = <-got
+			holder = (<-got).must(t)
 			check(holder, "handed over")
 		}
 		holder.Unlock(ctx)

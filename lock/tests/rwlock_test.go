@@ -94,38 +94,25 @@ func TestRWLockFair(t *testing.T) {
 		if _, err := rw.TryLock(ctx); !errors.Is(err, lock.ErrNotObtained) {
 			t.Fatalf("write hold with a reader: %v", err)
 		}
-		wrote := make(chan *lock.Lock)
-		go func() {
-			w, err := rw.Lock(ctx)
-			if err != nil {
-				t.Error(err)
-			}
-			wrote <- w
-		}()
+		wrote := lockAsync(func() (*lock.Lock, error) { return rw.Lock(ctx) })
 		waitInLine(t, c, "fair", 1)
 		if _, err := rw.TryRLock(ctx); !errors.Is(err, lock.ErrNotObtained) {
 			t.Errorf("a reader overtook a waiting writer: %v", err)
 		}
-		read := make(chan *lock.Lock, 3)
+		var reads []<-chan acquired
 		for range 3 {
-			go func() {
-				l, err := rw.RLock(ctx)
-				if err != nil {
-					t.Error(err)
-				}
-				read <- l
-			}()
+			reads = append(reads, lockAsync(func() (*lock.Lock, error) { return rw.RLock(ctx) }))
 		}
 		waitInLine(t, c, "fair", 4)
 		r1.Unlock(ctx)
-		w := <-wrote
+		w := (<-wrote).must(t)
 		if st, _ := c.Inspect(ctx, "fair"); len(st.Holds) != 1 || st.Holds[0].Mode != "write" {
 			t.Errorf("after the reader: %+v, want the writer alone", st)
 		}
 		w.Unlock(ctx)
 		var rs []*lock.Lock
-		for range 3 {
-			rs = append(rs, <-read)
+		for _, read := range reads {
+			rs = append(rs, (<-read).must(t))
 		}
 		if st, _ := c.Inspect(ctx, "fair"); len(st.Holds) != 3 {
 			t.Errorf("after the writer: %+v, want the 3 readers together", st)
