@@ -135,6 +135,7 @@ type stream struct {
 	frames map[int64]string // frame time -> its JSON as sent
 	latest dashboard.Frame
 	ended  chan struct{}
+	bad    error // a frame that was not JSON; reported when the test ends
 }
 
 func openStream(t *testing.T, url string) *stream {
@@ -147,6 +148,15 @@ func openStream(t *testing.T, url string) *stream {
 		t.Fatalf("events: HTTP %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	s := &stream{frames: map[int64]string{}, ended: make(chan struct{})}
+	// The reader never touches t, which it may outlive; the test reports
+	// what it found when it ends.
+	t.Cleanup(func() {
+		resp.Body.Close()
+		<-s.ended
+		if s.bad != nil {
+			t.Error(s.bad)
+		}
+	})
 	go func() {
 		defer close(s.ended)
 		defer resp.Body.Close()
@@ -164,7 +174,7 @@ func openStream(t *testing.T, url string) *stream {
 			}
 			var f dashboard.Frame
 			if err := json.Unmarshal([]byte(data), &f); err != nil {
-				t.Errorf("a frame that is not JSON: %v: %s", err, data)
+				s.bad = fmt.Errorf("a frame that is not JSON: %v: %s", err, data)
 				return
 			}
 			s.mu.Lock()

@@ -208,6 +208,7 @@ type outcome struct {
 func (e *env) run(cr cluster.Crowd, inject func(ctx context.Context, p *cluster.CrowdProgress)) outcome {
 	e.t.Helper()
 	sampler := e.chk.Sample(e.activity, 20*time.Millisecond)
+	defer sampler.Stop() // on every path; Stop twice is harmless
 	progress := &cluster.CrowdProgress{}
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()

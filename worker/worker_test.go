@@ -75,17 +75,22 @@ func run(t *testing.T, w *Worker, cond func() bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
+	stop := func() error { cancel(); return <-done }
+	// cond may fail the test: the worker stops before the test ends.
+	defer func() {
+		if ctx.Err() == nil {
+			stop()
+		}
+	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			cancel()
-			<-done
+			stop()
 			t.Fatal("condition not reached in 20s")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 }
