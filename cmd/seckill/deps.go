@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/alicebob/miniredis/v2"
-	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckilldev/seckill"
@@ -47,12 +46,6 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
 }
 
-// mysqlLogger does the same for go-sql-driver/mysql's messages (a pooled
-// connection the server closed, found and replaced).
-type mysqlLogger struct{ log *slog.Logger }
-
-func (l mysqlLogger) Print(v ...any) { l.log.Debug("go-sql-driver/mysql: " + fmt.Sprint(v...)) }
-
 // secrets returns the credentials in the URLs, for redaction.
 func (b *backendFlags) secrets() []string {
 	return append(urlSecrets(b.redisURL), urlSecrets(b.dbURL)...)
@@ -67,7 +60,6 @@ func (b *backendFlags) open(ctx context.Context, log *slog.Logger) (*backends, e
 
 func (b *backendFlags) connect(ctx context.Context, log *slog.Logger) (*backends, error) {
 	redis.SetLogger(redisLogger{log})
-	_ = gomysql.SetLogger(mysqlLogger{log})
 	if b.prefix == "" || strings.ContainsAny(b.prefix, "{} \t\r\n") {
 		return nil, usagef("--redis-prefix: %q must be non-empty, without braces or spaces", b.prefix)
 	}
