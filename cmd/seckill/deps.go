@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -39,11 +41,20 @@ func (b *backendFlags) register(fs flagSet, defaultDB string) {
 
 // redisLogger sends go-redis' own messages (pool dial failures and the
 // like) to the process log at debug level: the errors that matter reach
-// the caller anyway.
-type redisLogger struct{ log *slog.Logger }
+// the caller anyway. go-redis has one logger per process, read from any
+// goroutine: it is set once, and each connect points it at its own log
+// through redisLog (the last one wins; there is one outside tests).
+type redisLogger struct{}
 
-func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
+var (
+	redisLog       atomic.Pointer[slog.Logger]
+	setRedisLogger sync.Once
+)
+
+func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if l := redisLog.Load(); l != nil {
+		l.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
+	}
 }
 
 // secrets returns the credentials in the URLs, for redaction.
@@ -59,7 +70,8 @@ func (b *backendFlags) open(ctx context.Context, log *slog.Logger) (*backends, e
 }
 
 func (b *backendFlags) connect(ctx context.Context, log *slog.Logger) (*backends, error) {
-	redis.SetLogger(redisLogger{log})
+	redisLog.Store(log)
+	setRedisLogger.Do(func() { redis.SetLogger(redisLogger{}) })
 	if b.prefix == "" || strings.ContainsAny(b.prefix, "{} \t\r\n") {
 		return nil, usagef("--redis-prefix: %q must be non-empty, without braces or spaces", b.prefix)
 	}
