@@ -83,13 +83,12 @@ AND state = 'idle in transaction' AND state_change < now() - interval '100 milli
 // other worker waits for once it claims the same entries, or the
 // activity's row lock taken, which every batch waits for; the link to
 // PostgreSQL is slowed by 20ms so that transactions last long enough to be
-// caught), and stays stopped. The
-// database must end the frozen session (the processes' URL sets
-// idle_in_transaction_session_timeout to 2s; the default is 15s, see
-// sqlstore.IdleTxTimeout) and the other worker must write every order of
-// the sale, the frozen one's claimed entries included, while it is still
-// stopped; continued, the frozen worker finds its transaction gone and
-// carries on. Nothing may be lost or doubled.
+// caught), and stays stopped. The database must end the frozen session
+// (the processes' URL sets idle_in_transaction_session_timeout to 2s; the
+// default is 15s, see sqlstore.IdleTxTimeout) and the other worker must
+// write every order of the sale, the frozen one's claimed entries
+// included, while it is still stopped; continued, the frozen worker finds
+// its transaction gone and carries on. Nothing may be lost or doubled.
 func TestWorkerFrozenInTransaction(t *testing.T) {
 	e := newEnv(t, envOptions{apis: 2, workers: 2, stock: 600,
 		dbParams: url.Values{"idle_in_transaction_session_timeout": {"2s"}},
