@@ -186,9 +186,10 @@ func openDB(cfg *gomysql.Config, conns int) (*sql.DB, error) {
 	db.SetMaxIdleConns(conns)
 	idle := 5 * time.Minute
 	// A connection idle for wait_timeout is closed by the server: the
-	// pool lets go of it first.
+	// pool lets go of it first. (database/sql checks its idle connections
+	// every max idle time, so one can stay idle for up to twice that.)
 	if n, err := strconv.Atoi(cfg.Params["wait_timeout"]); err == nil && n > 0 {
-		idle = min(idle, time.Duration(n)*time.Second/2)
+		idle = min(idle, time.Duration(n)*time.Second/3)
 	}
 	db.SetConnMaxIdleTime(idle)
 	return db, nil
