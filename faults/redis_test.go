@@ -112,25 +112,17 @@ func TestRedisRebuildMissesBatchInFlight(t *testing.T) {
 			return
 		}
 		w := e.c.Workers()[0]
-		for try := 0; try < 50 && ctx.Err() == nil; try++ {
-			if !e.inHand(ctx, w, 5*time.Second) {
-				continue
-			}
-			if err := w.Proc().Stop(); err != nil {
-				t.Error(err)
-				return
-			}
-			time.Sleep(150 * time.Millisecond)
+		caught, err := e.stopWhere(ctx, w, 50, 5*time.Second, func() bool {
 			open, err := e.openTransactions(ctx)
 			n, err2 := e.chk.PendingOf(ctx, e.activity, w.Consumer())
 			if err == nil && err2 == nil && open > 0 && n > 0 {
 				inFlight = n
-				break
+				return true
 			}
-			_ = w.Proc().Cont()
-		}
-		if inFlight == 0 {
-			t.Error("never caught the worker inside its transaction with a batch in hand")
+			return false
+		})
+		if err != nil || !caught {
+			t.Errorf("never caught the worker inside its transaction with a batch in hand (%v)", err)
 			return
 		}
 		e.fault("worker SIGSTOP", "inside its database transaction, %d orders in hand", inFlight)

@@ -10,6 +10,30 @@ import (
 	"github.com/seckilldev/seckill/faults/internal/cluster"
 )
 
+// stopWhere stops w with SIGSTOP while it holds entries and, 150ms later,
+// asks where (whether it was caught in the state the test wants); if not,
+// it continues w and tries again, up to tries times, each waiting up to
+// inHandWait for w to hold entries. It reports whether w is left stopped
+// where wanted.
+func (e *env) stopWhere(ctx context.Context, w *cluster.Worker, tries int, inHandWait time.Duration, where func() bool) (bool, error) {
+	for try := 0; try < tries && ctx.Err() == nil; try++ {
+		if !e.inHand(ctx, w, inHandWait) {
+			continue
+		}
+		if err := w.Proc().Stop(); err != nil {
+			return false, err
+		}
+		time.Sleep(150 * time.Millisecond)
+		if where() {
+			return true, nil
+		}
+		if err := w.Proc().Cont(); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
 // inHand waits until the worker's consumer holds delivered, unacknowledged
 // entries (a batch between read and acknowledgement), polling fast.
 func (e *env) inHand(ctx context.Context, w *cluster.Worker, timeout time.Duration) bool {
@@ -103,26 +127,12 @@ func TestWorkerFrozenInTransaction(t *testing.T) {
 			return
 		}
 		w := e.c.Workers()[0]
-		caught := false
-		for try := 0; try < 40 && ctx.Err() == nil && !caught; try++ {
-			if !e.inHand(ctx, w, 10*time.Second) {
-				continue
-			}
-			if err := w.Proc().Stop(); err != nil {
-				t.Error(err)
-				return
-			}
-			time.Sleep(150 * time.Millisecond)
+		caught, err := e.stopWhere(ctx, w, 40, 10*time.Second, func() bool {
 			open, err := e.writingTransactions(ctx)
-			if caught = err == nil && open > 0; !caught {
-				if err := w.Proc().Cont(); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}
-		if !caught {
-			t.Errorf("never caught %s inside a transaction", w.Name)
+			return err == nil && open > 0
+		})
+		if err != nil || !caught {
+			t.Errorf("never caught %s inside a transaction (%v)", w.Name, err)
 			return
 		}
 		stoppedAt := time.Now()

@@ -11,3 +11,6 @@ func OpenAt(ctx context.Context, url, version string) (*Store, error) { return o
 func OpenAsMySQL(ctx context.Context, url string) (*Store, error) {
 	return openAs(ctx, url, "", serverMySQL)
 }
+
+// ServerOf tells MariaDB from MySQL as the store does: "mariadb" or "mysql".
+var ServerOf = serverOf

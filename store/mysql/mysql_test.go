@@ -342,11 +342,11 @@ func TestPlans(t *testing.T) {
 
 // isMariaDB tells whether the test server is MariaDB.
 func isMariaDB(t *testing.T, db *gosql.DB) bool {
-	var v string
-	if err := db.QueryRowContext(context.Background(), `SELECT VERSION()`).Scan(&v); err != nil {
+	server, err := mysql.ServerOf(context.Background(), db)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Contains(strings.ToLower(v), "mariadb")
+	return server == "mariadb"
 }
 
 // The two ways the store ends a session idle in a transaction: MariaDB's

@@ -832,13 +832,8 @@ func RunStalledTransaction(t *testing.T, s seckill.Store, stall func(ctx context
 	}
 	// Finished on every path: a pool does not close while one of its
 	// connections is in a transaction.
-	finished := false
-	finish := func() error { finished = true; return commit() }
-	defer func() {
-		if !finished {
-			finish()
-		}
-	}()
+	finish := sync.OnceValue(commit)
+	defer finish()
 	got, err := s.ApplyOrders(ctx, []seckill.OrderRequest{req(1, a.ID, 1), req(2, a.ID, 2)})
 	if err != nil {
 		t.Fatalf("ApplyOrders behind a stalled transaction: %v (the server did not end the stalled session within a minute)", err)
