@@ -443,7 +443,8 @@ func (c *Client) fifo() string {
 // since. When the lock is taken it returns an error matching ErrNotObtained
 // (possibly inside a QuorumError) and how long the first hold still runs.
 func (c *Client) acquire(ctx context.Context, l *Lock, how string, since time.Time) (time.Duration, error) {
-	// l.kv saves an allocation: acquisitions of one Lock never overlap.
+	// l.kv saves an allocation: on one Redis, acquisitions of one Lock
+	// never overlap (Redlock's may: see below).
 	if how == attemptPoll && c.redlock() {
 		how = attemptWait // Redlock gives no lock to waiters: no need to ask
 	}
@@ -499,7 +500,10 @@ func (c *Client) acquire(ctx context.Context, l *Lock, how string, since time.Ti
 		return 0, nil
 	}
 
-	res := c.runAll(ctx, l.lease, acquireScript, keys, args)
+	// A node that has not answered within nodeTimeout is left to answer in
+	// the background (see each), so its client may still read the
+	// arguments when the next attempt rewrites l.kv: they are a copy.
+	res := c.runAll(ctx, l.lease, acquireScript, keys, slices.Clone(args))
 	tokens := make([]int64, len(c.nodes))
 	var (
 		ok    int

@@ -3,6 +3,8 @@ package tests
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -293,4 +295,96 @@ func TestRedlockReleaseBareQuorum(t *testing.T) {
 	raw := redis.NewClient(&redis.Options{Addr: addr, DB: 2})
 	defer raw.Close()
 	raw.Del(ctx, prefix+"{bare}", prefix+"{bare}:fence")
+}
+
+// TestRedlockStragglerArgs: a node whose client reads a call's arguments
+// and then hangs past the attempt's per-node timeout is left to answer in
+// the background, while the Lock tries again and writes its next attempt's
+// arguments. The node's call must hold arguments of its own: it used to
+// read the Lock's, a data race that -race reports here.
+func TestRedlockStragglerArgs(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	prefix := testenv.Prefix(t) + ":"
+	var rs []lock.Redis
+	for db := range 5 {
+		c := redis.NewClient(&redis.Options{Addr: addr, DB: db, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		rs = append(rs, goredis.New(c))
+	}
+	slow := &straggler{Redis: rs[4], gate: make(chan struct{}), calls: make(chan struct{}, 64)}
+	open := sync.OnceFunc(func() { close(slow.gate) })
+	holder := lock.NewRedlock(rs, lock.WithPrefix(prefix))
+	waiter := lock.NewRedlock(append(slices.Clone(rs[:4]), slow), lock.WithPrefix(prefix))
+	t.Cleanup(func() { open(); holder.Close(); waiter.Close() })
+	ctx := ctxTimeout(t, 20*time.Second)
+
+	held, err := holder.TryLock(ctx, "straggler", lock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lockAsync(func() (*lock.Lock, error) {
+		return waiter.Lock(ctx, "straggler", lock.WithTTL(2*time.Second), lock.WithRetry(lock.LinearBackoff(20*time.Millisecond)))
+	})
+	// The slow node's calls: the first attempt's, the release that follows
+	// it (the node's state is unknown), the next attempt's and its release.
+	for range 4 {
+		select {
+		case <-slow.calls:
+		case <-ctx.Done():
+			t.Fatal("the slow node got fewer than four calls")
+		}
+	}
+	open()
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := (<-got).must(t)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// straggler is a node whose client reads each call's arguments, as a
+// client encoding the command does, and answers only once gate is closed,
+// whatever the call's deadline. calls receives a value per call. While it
+// hangs it reads the arguments again and again, as a client writing a
+// large command bit by bit would: a write to them by another goroutine in
+// that time is then seen by -race whichever access came first.
+type straggler struct {
+	lock.Redis
+	gate  chan struct{}
+	calls chan struct{}
+}
+
+func (s *straggler) hang(args []string) {
+	_ = strings.Join(args, " ")
+	s.calls <- struct{}{}
+	for {
+		select {
+		case <-s.gate:
+			return
+		case <-time.After(100 * time.Microsecond):
+			_ = strings.Join(args, " ")
+		}
+	}
+}
+
+func (s *straggler) EvalSHA(ctx context.Context, sha string, keys, args []string) (int64, error) {
+	s.hang(args)
+	return s.Redis.EvalSHA(ctx, sha, keys, args)
+}
+
+func (s *straggler) Eval(ctx context.Context, src string, keys, args []string) (int64, error) {
+	s.hang(args)
+	return s.Redis.Eval(ctx, src, keys, args)
+}
+
+func (s *straggler) EvalSHAStrings(ctx context.Context, sha string, keys, args []string) ([]string, error) {
+	s.hang(args)
+	return s.Redis.EvalSHAStrings(ctx, sha, keys, args)
+}
+
+func (s *straggler) EvalStrings(ctx context.Context, src string, keys, args []string) ([]string, error) {
+	s.hang(args)
+	return s.Redis.EvalStrings(ctx, src, keys, args)
 }
