@@ -220,6 +220,13 @@ func lockAsync(take func() (*lock.Lock, error)) <-chan acquired {
 	return ch
 }
 
+// turn is a waiter's outcome as the line tests record it, in the order
+// the waiters got the lock: who took it, or the error that kept it from it.
+type turn struct {
+	who string
+	err error
+}
+
 // must returns the lock, or fails the test with the error.
 func (a acquired) must(t testing.TB) *lock.Lock {
 	t.Helper()

@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -27,17 +28,15 @@ func TestLineOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		order := make(chan int, waiters)
-		errs := make(chan error, waiters)
+		order := make(chan turn, waiters)
 		for i := range waiters {
 			go func() {
 				l, err := clients[i].Lock(ctx, "line", lock.WithRetry(lock.LinearBackoff(10*time.Second)))
 				if err != nil {
-					errs <- err
-					order <- -1
+					order <- turn{err: err}
 					return
 				}
-				order <- i
+				order <- turn{who: strconv.Itoa(i)}
 				l.Unlock(ctx)
 			}()
 			// the next waiter joins once this one is in line
@@ -46,11 +45,11 @@ func TestLineOrder(t *testing.T) {
 		holder.Unlock(ctx)
 		for want := range waiters {
 			got := <-order
-			if got < 0 {
-				t.Fatal(<-errs)
+			if got.err != nil {
+				t.Fatal(got.err)
 			}
-			if got != want {
-				t.Fatalf("waiter %d got the lock in place %d", got, want)
+			if got.who != strconv.Itoa(want) {
+				t.Fatalf("waiter %s got the lock in place %d", got.who, want)
 			}
 		}
 	})
@@ -123,16 +122,14 @@ func TestLineWithinClient(t *testing.T) {
 		inLine := func(n int) {
 			waitInLine(t, mine, "cohort", n)
 		}
-		order := make(chan string, 11)
-		errs := make(chan error, 11)
+		order := make(chan turn, 11)
 		take := func(c *lock.Client, who string) {
 			l, err := c.Lock(ctx, "cohort", lock.WithRetry(lock.LinearBackoff(10*time.Second)))
 			if err != nil {
-				errs <- err
-				order <- "error"
+				order <- turn{err: err}
 				return
 			}
-			order <- who
+			order <- turn{who: who}
 			l.Unlock(ctx)
 		}
 		go take(other, "other") // first in line
@@ -144,11 +141,11 @@ func TestLineWithinClient(t *testing.T) {
 		holder.Unlock(ctx)
 		var got []string
 		for range 11 {
-			who := <-order
-			if who == "error" {
-				t.Fatal(<-errs)
+			tr := <-order
+			if tr.err != nil {
+				t.Fatal(tr.err)
 			}
-			got = append(got, who)
+			got = append(got, tr.who)
 		}
 		want := []string{"mine", "mine", "mine", "mine", "mine", "mine", "mine", "mine", "other", "mine", "mine"}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
