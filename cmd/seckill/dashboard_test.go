@@ -140,9 +140,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	if got := text("#accepted-total"); got != fmt.Sprint(stock) {
 		t.Errorf("accepted shown %q, want %d", got, stock)
 	}
-	if row := text(fmt.Sprintf(`#activities tr[data-activity="%d"]`, id)); !strings.Contains(row, "sold out") {
-		t.Errorf("activities row %q does not say sold out", row)
-	}
+	// The table's rows are made anew with every frame of the stream: a row
+	// found by one call and read by the next may be gone in between (read
+	// as ""), so the page is asked in one expression.
+	waitFor("the activities row says sold out", fmt.Sprintf(
+		`(document.querySelector('#activities tr[data-activity="%d"]')?.textContent ?? "").includes("sold out")`, id))
 
 	ctx, cancel := within()
 	defer cancel()
