@@ -336,8 +336,8 @@ func TestConflictingOrderIDs(t *testing.T) {
 	// As many users as connections: every repeat click is then one of all
 	// the users. With more users, half the repeats are double clicks of
 	// the last few users to click, and one of the others may click once
-	// only (with 10 users, 1 run in 1,000 measured). Here the chance that some user
-	// clicks only once in 200 requests is about 4 x 0.75^196.
+	// only (with 10 users, 1 run in 1,000 measured). Here the chance that
+	// some user clicks only once in 200 requests is about 4 x 0.75^196.
 	rep, err := loadgen.Run(context.Background(), loadgen.Config{
 		URL: srv.URL, ActivityID: 1, Users: 4, Requests: 200, Concurrency: 4,
 	})
