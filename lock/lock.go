@@ -423,7 +423,12 @@ func each[T any](c *Client, ctx context.Context, timeout time.Duration, f func(c
 	return res
 }
 
+// runAll runs s on every node (see each). A node that has not answered
+// within the timeout is left to answer in the background, its client
+// perhaps still reading the arguments after runAll returned: it gets a
+// copy, so that a caller may reuse its own (acquire reuses the Lock's).
 func (c *Client) runAll(ctx context.Context, lease time.Duration, s *script, keys, args []string) []result[int64] {
+	args = slices.Clone(args)
 	return each(c, ctx, nodeTimeout(lease), func(ctx context.Context, r Redis) (int64, error) {
 		return run(ctx, r, s, keys, args)
 	})
@@ -444,7 +449,7 @@ func (c *Client) fifo() string {
 // (possibly inside a QuorumError) and how long the first hold still runs.
 func (c *Client) acquire(ctx context.Context, l *Lock, how string, since time.Time) (time.Duration, error) {
 	// l.kv saves an allocation: on one Redis, acquisitions of one Lock
-	// never overlap (Redlock's may: see below).
+	// never overlap (Redlock's may: runAll copies the arguments).
 	if how == attemptPoll && c.redlock() {
 		how = attemptWait // Redlock gives no lock to waiters: no need to ask
 	}
@@ -500,10 +505,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, how string, since time.Ti
 		return 0, nil
 	}
 
-	// A node that has not answered within nodeTimeout is left to answer in
-	// the background (see each), so its client may still read the
-	// arguments when the next attempt rewrites l.kv: they are a copy.
-	res := c.runAll(ctx, l.lease, acquireScript, keys, slices.Clone(args))
+	res := c.runAll(ctx, l.lease, acquireScript, keys, args)
 	tokens := make([]int64, len(c.nodes))
 	var (
 		ok    int
