@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # What open dashboard pages cost the grab path: wrk against `seckill serve` (with its worker, on
 # PostgreSQL) with no dashboard page open, then with VIEWERS pages (event streams read by curl),
-# alternating ROUNDS times, 8 s each, 64 connections; two scenarios, as ../shared/perf/wrk-grab.sh:
+# alternating ROUNDS times, 8 s each, 64 connections; two scenarios, as perf/wrk-grab.sh:
 # grabs that all succeed (stock 100,000,000: six runs never sell it out; a new user per request) and grabs after the sell-out.
 # Prints serve's CPU with the pages open and no load, then the medians of the throughputs and the
 # ratio with pages to without. Run from the project root:
 #   perf/dashboard-viewers.sh              # VIEWERS=100 ROUNDS=3 DUR=8s CONN=64
 #   SECKILL_BIN=/path/to/seckill perf/dashboard-viewers.sh   # a binary built before, instead of ./cmd/seckill
-# Needs: wrk, curl, redis-server, PostgreSQL on 127.0.0.1:5432 (user postgres, trust), and
-# ../shared/perf/grab.lua (the wrk script of the project's perf kit).
+# Needs: wrk, curl, bc, python3, redis-server, PostgreSQL on 127.0.0.1:5432 (user postgres, trust).
+# The wrk script is perf/grab.lua (GRAB_LUA to use another).
 set -u
 T=$(mktemp -d); pids=(); viewers=()
 stop_viewers() { # (a bare wait would wait for the servers too)
@@ -17,7 +17,7 @@ stop_viewers() { # (a bare wait would wait for the servers too)
 cleanup() { stop_viewers; for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; sleep 0.5; for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
   psql -qAt -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS dash_viewers WITH (FORCE)" >/dev/null 2>&1; rm -rf "$T"; }
 trap cleanup EXIT
-GRAB_LUA=${GRAB_LUA:-$(cd "$(dirname "$0")/.." && pwd)/../shared/perf/grab.lua}
+GRAB_LUA=${GRAB_LUA:-$(cd "$(dirname "$0")" && pwd)/grab.lua}
 VIEWERS=${VIEWERS:-100}; ROUNDS=${ROUNDS:-3}; DUR=${DUR:-8s}; CONN=${CONN:-64}
 for c in wrk curl redis-server psql; do command -v $c >/dev/null || { echo "$c missing"; exit 1; }; done
 [ -f "$GRAB_LUA" ] || { echo "no wrk script at $GRAB_LUA (set GRAB_LUA)"; exit 1; }
@@ -40,8 +40,8 @@ open_viewers() {
   n=$(curl -sN --max-time 1 http://127.0.0.1:$SP/dashboard/events 2>/dev/null | grep -o '"viewers":[0-9]*' | tail -1)
   echo "  $n (this probe included)" >&2
 }
-# First the CPU the pages cost serve with no grab load, 20 s each: a figure the noise of a shared
-# machine moves far less than a throughput.
+# First the CPU the pages cost serve with no grab load, 20 s each: a figure that the noise of a
+# shared machine moves far less than a throughput.
 SPID=${pids[1]} # serve
 cpu() { cut -d' ' -f14,15 /proc/$SPID/stat | tr ' ' '+' | bc; }
 c0=$(cpu); sleep 20; c1=$(cpu); open_viewers; c2=$(cpu); sleep 20; c3=$(cpu); stop_viewers

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Many live sales on one `seckill serve` (worker on, PostgreSQL), measured
-# with wrk as ../shared/perf/wrk-grab.sh does. Run from the project root:
+# with wrk as perf/wrk-grab.sh does. Run from the project root:
 #   perf/many-sales.sh                # standalone Redis
 #   CLUSTER=1 perf/many-sales.sh      # a 3-master Redis Cluster started here
 # It alternates, twice, 8 s each with 64 connections: grabs that all succeed
@@ -16,7 +16,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; sleep 0.5; fo
 trap cleanup EXIT
 DUR=${DUR:-8s}; CONN=${CONN:-64}; LIVE=${LIVE:-500}
 here=$(cd "$(dirname "$0")" && pwd)
-grab=${GRAB_LUA:-$here/../../shared/perf/grab.lua}
+grab=${GRAB_LUA:-$here/grab.lua}
 command -v wrk >/dev/null || { echo "wrk missing: apt-get install wrk"; exit 1; }
 if [ -n "${SECKILL:-}" ]; then cp "$SECKILL" $T/seckill; else go build -o $T/seckill ./cmd/seckill || exit 1; fi
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The cost of verified identity and rate limits on the grab path, measured
-# with wrk as ../shared/perf/wrk-grab.sh does. Run from the project root:
+# with wrk as perf/wrk-grab.sh does. Run from the project root:
 #   perf/wrk-auth.sh                   # serve with its worker (PostgreSQL on the same machine)
 #   NO_WORKER=1 perf/wrk-auth.sh       # the API tier alone (serve --no-worker)
 #   KEEP=/tmp/wrk-auth perf/wrk-auth.sh # keep the wrk and serve logs there
