@@ -2,16 +2,20 @@
 # The grab path's throughput as a ratio to a bare Go handler, measured with wrk (a C load generator
 # far cheaper per request than any Go client, so it does not compress the ratios). Run from the
 # project root:
-#   perf/wrk-grab.sh                  # serve with its worker (PostgreSQL on the same machine)
-#   NO_WORKER=1 perf/wrk-grab.sh      # the API tier alone (serve --no-worker)
-#   SECKILL_BIN=./seckill perf/wrk-grab.sh   # a binary built before, instead of ./cmd/seckill
+#   perf/wrk-grab.sh                          # serve with its worker (PostgreSQL on the same machine)
+#   NO_WORKER=1 perf/wrk-grab.sh              # the API tier alone (serve --no-worker)
+#   SERVE_FLAGS='--linger 0' perf/wrk-grab.sh # extra flags for serve
+#   SECKILL_BIN=./seckill perf/wrk-grab.sh    # a binary built before, instead of ./cmd/seckill
+#   ROUNDS=3 DUR=8s CONN=64 perf/wrk-grab.sh  # the defaults are 2 rounds of 8 s, 64 connections
 # It builds ./cmd/seckill and ./perf/baseline, starts its own redis-server and a fresh PostgreSQL
-# database, then alternates, ROUNDS times (2), DUR each (8s) with CONN connections (64) and one wrk
-# thread: the bare handler (perf/baseline, GET /hello), grabs that all succeed (stock 1,000,000, a
-# new user per request: perf/grab.lua), and grabs after the sell-out (stock 1, sold before the
-# first run). Prints every run, the medians and the ratios to the bare handler.
-# Needs: wrk (apt-get install wrk), redis-server, python3, curl, PostgreSQL on 127.0.0.1:5432
-# (user postgres, trust; PGURL to use another server).
+# database, then alternates, ROUNDS times, DUR each with CONN connections and one wrk thread: the
+# bare handler (perf/baseline, GET /hello), grabs that all succeed (stock 100,000,000, which no
+# run sells out; a new user per request: perf/grab.lua), and grabs after the sell-out (stock 1,
+# sold before the first run).
+# Prints every run, then the medians and their ratios to the bare handler, the CPU each process
+# under load spent per request (from /proc), and Redis' own count of the grab script's calls.
+# Needs: wrk (apt-get install wrk), redis-server, redis-cli, python3, curl, psql, PostgreSQL on
+# 127.0.0.1:5432 (user postgres, trust; PGURL=postgres://user:pass@host:port for another).
 set -u
 export PGOPTIONS=--client-min-messages=warning # no NOTICE for a database that was not there
 T=$(mktemp -d); pids=()
@@ -21,7 +25,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; sleep 0.5; fo
 trap cleanup EXIT
 here=$(cd "$(dirname "$0")" && pwd)
 DUR=${DUR:-8s}; CONN=${CONN:-64}; ROUNDS=${ROUNDS:-2}
-for c in wrk redis-server psql python3 curl; do command -v $c >/dev/null || { echo "$c missing (wrk: apt-get install wrk)"; exit 1; }; done
+for c in wrk redis-server redis-cli psql python3 curl; do command -v $c >/dev/null || { echo "$c missing (wrk: apt-get install wrk)"; exit 1; }; done
 if [ -n "${SECKILL_BIN:-}" ]; then cp "$SECKILL_BIN" $T/seckill; else go build -o $T/seckill ./cmd/seckill || exit 1; fi
 go build -o $T/baseline ./perf/baseline || exit 1
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
@@ -30,32 +34,51 @@ redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir $T --da
 psql -qAt "$PGURL/postgres" -c "DROP DATABASE IF EXISTS wrk_grab WITH (FORCE)" -c "CREATE DATABASE wrk_grab" >/dev/null || exit 1
 sleep 0.5
 $T/seckill serve --listen 127.0.0.1:$SP --redis redis://127.0.0.1:$RP/0 --db "$PGURL/wrk_grab?sslmode=disable" \
-  --admin-token perf ${NO_WORKER:+--no-worker} >$T/serve.log 2>&1 & pids+=($!)
+  --admin-token perf ${NO_WORKER:+--no-worker} ${SERVE_FLAGS:-} >$T/serve.log 2>&1 & pids+=($!)
 $T/baseline -listen 127.0.0.1:$BP >$T/base.log 2>&1 & pids+=($!)
 for i in $(seq 100); do curl -fs http://127.0.0.1:$SP/healthz >/dev/null && curl -fs http://127.0.0.1:$BP/hello >/dev/null && break; sleep 0.2; done
 mk() { curl -s -X POST http://127.0.0.1:$SP/api/v1/activities -H 'Authorization: Bearer perf' -H 'Content-Type: application/json' \
   -d "{\"name\":\"perf\",\"stock\":$1,\"starts_at\":\"$(date -u -d '-5 sec' +%FT%TZ)\",\"ends_at\":\"$(date -u -d '+1 hour' +%FT%TZ)\"}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["id"])'; }
-A=$(mk 1000000) && B=$(mk 1) || { echo "cannot create activities"; tail -5 $T/serve.log; exit 1; }
+A=$(mk 100000000) && B=$(mk 1) || { echo "cannot create activities"; tail -5 $T/serve.log; exit 1; }
 curl -s -X POST http://127.0.0.1:$SP/api/v1/activities/$B/grab -H 'X-User-ID: 1' >/dev/null
-echo "$(date -u +%F) $(nproc) CPUs, wrk -t1 -c$CONN -d$DUR, $ROUNDS rounds, serve ${NO_WORKER:+--no-worker (the API alone)}${NO_WORKER:-with its worker on PostgreSQL}"
-run() { # label, wrk arguments...
+mode="serve with its worker on PostgreSQL"; [ -n "${NO_WORKER:-}" ] && mode="serve --no-worker (the API alone)"
+echo "$(date -u +%F), $(nproc) CPUs, wrk -t1 -c$CONN -d$DUR, $ROUNDS rounds, $mode${SERVE_FLAGS:+ $SERVE_FLAGS}"
+SPID=${pids[1]} RPID=${pids[0]} BPID=${pids[2]}
+cpu() { awk '{print $14+$15}' /proc/$1/stat; } # utime+stime, in clock ticks
+script() { redis-cli -p $RP info commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_evalsha:/{print $3, $5}'; } # calls usec
+run() { # label, wrk arguments...: appends "label requests req/s serve-ticks redis-ticks baseline-ticks script-calls script-usec"
   local label=$1; shift
-  echo "-- $label" >>$T/wrk.log
-  wrk -t1 -c$CONN -d$DUR --latency "$@" 2>&1 | tee -a $T/wrk.log | awk '/Requests\/sec/{print $2}'; }
-h=(); s=(); o=()
+  local s0=$(cpu $SPID) r0=$(cpu $RPID) b0=$(cpu $BPID) e0=($(script)) out
+  out=$(wrk -t1 -c$CONN -d$DUR --latency "$@" 2>&1)
+  local e1=($(script))
+  { echo "-- $label"; echo "$out"; } >>$T/wrk.log
+  echo "$label $(echo "$out" | awk '/requests in/{print $1} /Requests\/sec/{print $2}' | tr '\n' ' ')$(($(cpu $SPID)-s0)) $(($(cpu $RPID)-r0)) $(($(cpu $BPID)-b0)) $((${e1[0]:-0}-${e0[0]:-0})) $((${e1[1]:-0}-${e0[1]:-0}))" >>$T/runs
+  echo "$out" | awk '/Requests\/sec/{print $2}'
+}
 for r in $(seq $ROUNDS); do
-  h+=($(run baseline http://127.0.0.1:$BP/hello))
-  s+=($(run succeed -s "$here/grab.lua" http://127.0.0.1:$SP -- /api/v1/activities/$A/grab $((r*10000000))))
-  o+=($(run soldout -s "$here/grab.lua" http://127.0.0.1:$SP -- /api/v1/activities/$B/grab $((r*10000000+5000000))))
-  echo "round $r: baseline ${h[-1]} req/s, every grab succeeds ${s[-1]}, after the sell-out ${o[-1]}"
+  h=$(run baseline http://127.0.0.1:$BP/hello)
+  s=$(run succeed -s "$here/grab.lua" http://127.0.0.1:$SP -- /api/v1/activities/$A/grab $((r*10000000)))
+  o=$(run soldout -s "$here/grab.lua" http://127.0.0.1:$SP -- /api/v1/activities/$B/grab $((r*10000000+5000000)))
+  echo "round $r: baseline $h req/s, every grab succeeds $s, after the sell-out $o"
 done
 # Every grab of the first scenario must be 202 and every one of the second 409: the server's own
 # count says whether anything else was answered.
-curl -s http://127.0.0.1:$SP/metrics | awk '/^seckill_grabs_total/ && $2 > 0 {printf "  %s %d\n", $1, $2}'
-grep -E 'Socket errors' $T/wrk.log | sort | uniq -c
-python3 - "${h[*]}" "${s[*]}" "${o[*]}" <<'PY'
-import sys,statistics as st
-h,s,o=[list(map(float,a.split())) for a in sys.argv[1:4]]
-H,S,O=st.median(h),st.median(s),st.median(o)
+curl -s http://127.0.0.1:$SP/metrics | awk '/^seckill_grabs_total/ && $2 > 0 {printf "  %s %d\n", $1, $2
+  if ($1 !~ /"(accepted|sold_out)"/) print "  warning: answers other than accepted and sold out" }'
+awk '/^-- /{l=$2} /Socket errors/{print "  " l ": " $0}' $T/wrk.log
+python3 - $T/runs $(getconf CLK_TCK) <<'PY'
+import sys, statistics as st
+runs, hz = {}, float(sys.argv[2])
+for line in open(sys.argv[1]):
+    label, *v = line.split()
+    runs.setdefault(label, []).append([float(x) for x in v])
+def med(label, i): return st.median(r[i] for r in runs[label])
+H, S, O = med("baseline", 1), med("succeed", 1), med("soldout", 1)
 print(f"baseline {H:.0f} req/s | every grab succeeds {S:.0f} ({S/H:.2f}x) | after the sell-out {O:.0f} ({O/H:.2f}x)")
+def us(label, i): return st.median(r[i] / hz / r[0] * 1e6 for r in runs[label])
+print(f"CPU per request: baseline {us('baseline', 4):.1f} µs | grab that succeeds: serve {us('succeed', 2):.1f} µs, "
+      f"redis {us('succeed', 3):.1f} µs | grab after the sell-out: serve {us('soldout', 2):.1f} µs, redis {us('soldout', 3):.1f} µs")
+calls = sum(r[5] for r in runs["succeed"]); usec = sum(r[6] for r in runs["succeed"]); n = sum(r[0] for r in runs["succeed"])
+if calls:
+    print(f"grab script while every grab succeeds: {calls:.0f} calls, {n/calls:.1f} grabs a call, {usec/calls:.0f} µs a call in Redis ({usec/n:.1f} µs a grab)")
 PY
