@@ -3,10 +3,12 @@ package worker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -277,19 +279,14 @@ func TestRetire(t *testing.T) {
 	start(t, w)
 	var mem []int64
 	for wave := range 3 {
-		acts := s.open(t, 100, 5, 3*time.Second)
 		var ids []int64
-		for i, a := range acts {
-			for u := range int64(3) {
-				r, err := s.api.Grab(ctx, a.ID, 10*int64(i)+u+1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ids = append(ids, r.OrderID)
+		for i := range 100 {
+			a, orders := s.sell(t, 3*time.Second, 10*int64(i)+1, 3)
+			ids = append(ids, orders...)
+			// A sale not yet ended is not retired: its keys are there.
+			if i == 0 && s.keys(t) == 0 && time.Now().Before(a.EndsAt) {
+				t.Fatal("no keys before the end")
 			}
-		}
-		if keys := s.keys(t); keys == 0 {
-			t.Fatal("no keys before the end")
 		}
 		testenv.WaitFor(t, fmt.Sprintf("wave %d retired", wave), func() bool { return s.keys(t) == 0 })
 		if keys, err := admin.DBSize(ctx).Result(); err != nil || keys != 0 {
@@ -314,6 +311,35 @@ func TestRetire(t *testing.T) {
 	}
 }
 
+// sell opens a sale of 5 units that ends after ends and grabs units of it
+// for users uid, uid+1...; it returns the sale and the orders. Each sale is grabbed right
+// after it opens, so the ends window only has to cover one sale's opening
+// and grabs; if the machine stalls past it anyway (the sale ended, or was
+// already retired, before a grab), another sale is opened in its place.
+func (s *sales) sell(t *testing.T, ends time.Duration, uid int64, units int64) (seckill.Activity, []int64) {
+	t.Helper()
+	for range 5 {
+		a := s.open(t, 1, 5, ends)[0]
+		var ids []int64
+		for u := range units {
+			r, err := s.api.Grab(context.Background(), a.ID, uid+u)
+			if errors.Is(err, stock.ErrEnded) || errors.Is(err, stock.ErrNotLoaded) {
+				t.Logf("activity %d ended before its grab %d (%v): the machine is slow; opening another", a.ID, u, err)
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, r.OrderID)
+		}
+		if int64(len(ids)) == units {
+			return a, ids
+		}
+	}
+	t.Fatalf("5 sales in a row ended (%v after they opened) before their grabs", ends)
+	return seckill.Activity{}, nil
+}
+
 // keys counts the keys of the test's namespace.
 func (s *sales) keys(t *testing.T) int {
 	t.Helper()
@@ -326,4 +352,86 @@ func (s *sales) keys(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// faultHook makes the worker's Redis client fail once, when armed: lose
+// the reply of the first read that delivered entries (the server ran it),
+// or drop the first pipeline of DELs (the server never saw it).
+type faultHook struct {
+	loseRead, dropDel atomic.Bool
+	hit               chan string
+}
+
+var errInjected = errors.New("i/o timeout (injected)")
+
+func (h *faultHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "del" && h.dropDel.CompareAndSwap(true, false) {
+			for _, c := range cmds {
+				c.SetErr(errInjected)
+			}
+			h.hit <- fmt.Sprint(cmds[0].Args()[1]) // the first flag not deleted
+			return errInjected
+		}
+		err := next(ctx, cmds)
+		if !h.loseRead.Load() {
+			return err
+		}
+		for _, c := range cmds {
+			if x, ok := c.(*redis.XStreamSliceCmd); ok && len(x.Val()) > 0 && len(x.Val()[0].Messages) > 0 &&
+				h.loseRead.CompareAndSwap(true, false) {
+				x.SetErr(errInjected)
+				h.hit <- "read"
+				return errInjected
+			}
+		}
+		return err
+	}
+}
+
+// TestLostReply: a read whose reply is lost (the server delivered the
+// entries, the client saw a timeout) leaves them pending with this
+// consumer, where reading new entries never finds them; and a failed
+// delete of awake flags leaves them set, so the next order would publish
+// no wake-up. Neither may leave an order waiting for the poll or
+// the claim (both an hour away here).
+func TestLostReply(t *testing.T) {
+	s := newSales(t, 2, 10, time.Hour)
+	h := &faultHook{hit: make(chan string, 2)}
+	s.wClient.AddHook(h)
+	w := s.worker(Config{Consumer: "w", Poll: time.Hour, ClaimIdle: time.Hour, Discover: 50 * time.Millisecond})
+	start(t, w)
+	grab := func(a seckill.Activity, uid int64) int64 {
+		t.Helper()
+		r, err := s.api.Grab(context.Background(), a.ID, uid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.OrderID
+	}
+	written := func(what string, oid int64) {
+		t.Helper()
+		testenv.WaitFor(t, what, func() bool { return s.written(t, oid) })
+	}
+	// Every stream read once and gone cold, flags deleted.
+	written("first order", grab(s.acts[0], 1))
+
+	h.loseRead.Store(true)
+	written("order whose read lost its reply", grab(s.acts[0], 2))
+	if got := <-h.hit; got != "read" {
+		t.Fatalf("fault %q, want read", got)
+	}
+
+	h.dropDel.Store(true)
+	written("order before the failed flag delete", grab(s.acts[1], 3))
+	flag := <-h.hit
+	i := slices.IndexFunc(s.acts, func(a seckill.Activity) bool { return s.api.Keys(a.ID).Awake == flag })
+	if i < 0 {
+		t.Fatalf("fault on %q, want an awake flag", flag)
+	}
+	written("order after the failed flag delete", grab(s.acts[i], 4))
 }

@@ -339,8 +339,9 @@ func (w *Worker) Run(ctx context.Context) error {
 				idle = append(idle, s)
 			}
 		}
-		if len(idle) > 0 && ctx.Err() == nil {
-			w.sleepFlags(ctx, idle)
+		// If the flags could not be deleted, they stay hot: a flag left
+		// set would keep grab.lua from publishing the next order.
+		if len(idle) > 0 && ctx.Err() == nil && w.sleepFlags(ctx, idle) {
 			if _, err := w.round(ctx, idle, false); err == errCrashed {
 				return nil
 			}
@@ -396,11 +397,15 @@ func (w *Worker) round(ctx context.Context, ss []*stream, gather bool) (map[*str
 			s.hot = false
 			continue
 		case r.err != nil:
-			// Redis is away: read again after a pause.
+			// Redis is away: read again after a pause. The read may have
+			// run and its reply been lost (a timeout): the entries it
+			// delivered are pending with this consumer, where a read of
+			// ">" never finds them again. Read this consumer's own
+			// pending entries first, as after a restart.
 			if firstErr == nil && ctx.Err() == nil {
 				firstErr = fmt.Errorf("activity %d: %w", s.a.ID, r.err)
 			}
-			s.hot = true
+			s.hot, s.start = true, "0"
 			continue
 		}
 		msgs := r.msgs
@@ -522,15 +527,20 @@ func (w *Worker) processAll(ctx context.Context, work []batch) error {
 }
 
 // sleepFlags deletes the awake flags of streams that gave nothing: the
-// next order accepted on one of them publishes a wake-up.
-func (w *Worker) sleepFlags(ctx context.Context, ss []*stream) {
+// next order accepted on one of them publishes a wake-up. It reports
+// whether every flag is surely deleted.
+func (w *Worker) sleepFlags(ctx context.Context, ss []*stream) bool {
 	pipe := w.rdb.Pipeline()
 	for _, s := range ss {
 		pipe.Del(ctx, w.engine.Keys(s.a.ID).Awake)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && ctx.Err() == nil {
-		w.log.Warn("clear awake flags", "err", err)
+	if _, err := pipe.Exec(ctx); err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("clear awake flags", "err", err)
+		}
+		return false
 	}
+	return true
 }
 
 // woken handles a wake-up message: the activity it names is read next
@@ -655,6 +665,9 @@ func (w *Worker) claimDue(ctx context.Context, streams map[int64]*stream) error 
 				s.settled = true // not loaded: a grab loads it and wakes us
 			} else if ctx.Err() == nil {
 				s.log.Warn("claim idle entries", "err", err)
+				// As for a read (see round): what the claim took may be
+				// pending with this consumer, its reply lost.
+				s.hot, s.start = true, "0"
 			}
 			continue
 		}
