@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -86,41 +85,6 @@ func (s *RedisServer) Signal(sig os.Signal) error {
 		return fmt.Errorf("redis-server on %s is not running", s.Addr)
 	}
 	return s.cmd.Process.Signal(sig)
-}
-
-// StartCluster starts n masters (no replicas) with cluster mode on, joins
-// them with redis-cli --cluster create, waits until the cluster state is ok,
-// and returns the servers. Any one address reaches the whole cluster.
-func StartCluster(t testing.TB, n int) []*RedisServer {
-	t.Helper()
-	NeedBinary(t, "redis-cli")
-	nodes := make([]*RedisServer, n)
-	addrs := make([]string, n)
-	for i := range nodes {
-		nodes[i] = StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file",
-			filepath.Join("nodes.conf"), "--cluster-node-timeout", "2000")
-		addrs[i] = nodes[i].Addr
-	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	out, err := exec.Command("redis-cli", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for _, s := range nodes {
-		for {
-			out, err := exec.Command("redis-cli", "-p", strconv.Itoa(s.Port), "cluster", "info").Output()
-			if err == nil && bytes.Contains(out, []byte("cluster_state:ok")) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("cluster node %s not ok: %v\n%s", s.Addr, err, out)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	return nodes
 }
 
 // NeedBinary skips t (fails it when CI=true) when the program name, a

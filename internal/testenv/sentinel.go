@@ -27,7 +27,9 @@ type Sentinel struct {
 func StartReplicated(t testing.TB) (master, replica *RedisServer) {
 	t.Helper()
 	NeedBinary(t, "redis-cli")
-	master = StartRedis(t)
+	// No wait before a full sync (Redis waits 5s for more replicas to
+	// share it).
+	master = StartRedis(t, "--repl-diskless-sync-delay", "0")
 	replica = StartRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
 	deadline := time.Now().Add(20 * time.Second)
 	for {
