@@ -20,7 +20,10 @@ set -u
 export PGOPTIONS=--client-min-messages=warning # no NOTICE for a database that was not there
 T=$(mktemp -d); pids=()
 PGURL=${PGURL:-postgres://postgres@127.0.0.1:5432}
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; sleep 0.5; for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+cleanup() { # SIGTERM, up to 10 s to drain (serve's worker writes its backlog), then SIGKILL
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  for i in $(seq 50); do alive=0; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done; [ $alive = 0 ] && break; sleep 0.2; done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null
   psql -qAt "$PGURL/postgres" -c "DROP DATABASE IF EXISTS wrk_grab WITH (FORCE)" >/dev/null 2>&1; rm -rf "$T"; }
 trap cleanup EXIT
 here=$(cd "$(dirname "$0")" && pwd)
