@@ -13,8 +13,13 @@ const (
 	ESOLDOUT      = "sold_out"
 	ENOTSTARTED   = "not_started"
 	EENDED        = "ended"
-	EUNAVAILABLE  = "unavailable"
+	EUNAVAILABLE  = "unavailable" // the request surely did not happen: Redis or the database refused or could not be reached
 	EINTERNAL     = "internal"
+
+	// EOUTCOMEUNKNOWN: the request was sent and may have happened (no
+	// reply in time, or the replicas did not confirm it): the client must
+	// ask again to learn which (for a grab, the next grab tells).
+	EOUTCOMEUNKNOWN = "outcome_unknown"
 
 	// The order state machine refuses a transition (HTTP 409).
 	EORDEREXPIRED   = "order_expired"         // pay or cancel of an expired order, or pay past the deadline

@@ -39,6 +39,10 @@ var codes = map[string]int{
 	seckill.EENDED:        http.StatusForbidden,
 	seckill.EUNAVAILABLE:  http.StatusServiceUnavailable,
 	seckill.EINTERNAL:     http.StatusInternalServerError,
+	// A grab sent to Redis that got no answer in time, or whose replicas
+	// did not confirm it: the upstream timed out, and the status alone
+	// tells it from 503 (surely not done) to a client that reads no body.
+	seckill.EOUTCOMEUNKNOWN: http.StatusGatewayTimeout,
 
 	seckill.EORDEREXPIRED:   http.StatusConflict,
 	seckill.EORDERCANCELLED: http.StatusConflict,

@@ -38,7 +38,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.outcomes = map[string]prometheus.Counter{}
 	for _, o := range []string{"accepted", "existing", seckill.ESOLDOUT, seckill.ENOTSTARTED, seckill.EENDED,
-		seckill.ENOTFOUND, seckill.EINVALID, seckill.EUNAVAILABLE} {
+		seckill.ENOTFOUND, seckill.EINVALID, seckill.EUNAVAILABLE, seckill.EOUTCOMEUNKNOWN} {
 		m.outcomes[o] = m.Grabs.WithLabelValues(o)
 	}
 	return m

@@ -215,10 +215,18 @@ func (s *Service) Grab(ctx context.Context, id, uid int64) (g Grabbed, err error
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The client went away before its grab was queued: nothing happened.
 		return Grabbed{}, seckill.Errorf(seckill.EUNAVAILABLE, "the request was cancelled")
-	case seckill.ErrorCode(err) == seckill.EINTERNAL:
-		s.log.Error("grab", "activity", id, "err", err)
-		return Grabbed{}, seckill.Errorf(seckill.EUNAVAILABLE, "the sale cannot be reached right now")
 	case err != nil:
+		switch seckill.ErrorCode(err) {
+		case seckill.EUNAVAILABLE, seckill.EOUTCOMEUNKNOWN:
+			// Redis did not answer: the engine knows whether the grab may
+			// have run, and says so.
+			s.log.Warn("grab", "activity", id, "err", err)
+		case seckill.EINTERNAL:
+			// The script ran and its reply made no sense: it may have
+			// taken a unit, so the user must ask again.
+			s.log.Error("grab", "activity", id, "err", err)
+			return Grabbed{}, stock.ErrOutcomeUnknown
+		}
 		return Grabbed{}, err
 	}
 	e.mu.Lock()

@@ -64,9 +64,7 @@ func (r *grabReq) wait() (Result, error) {
 
 func (c *combiner) run() {
 	batch := make([]*grabReq, 0, c.e.cfg.MaxBatch)
-	args := make([]any, 0, 2+c.e.cfg.MaxBatch)
-	keys := []string{c.keys.Meta, c.keys.Stock, c.keys.Buyers, c.keys.Orders, c.keys.Awake}
-	wake, id := c.e.WakeChannel(), strconv.FormatInt(c.id, 10)
+	args := c.e.grabArgs(c.id)
 	idle := time.NewTimer(c.e.cfg.CombinerIdle)
 	defer idle.Stop()
 	for {
@@ -92,20 +90,30 @@ func (c *combiner) run() {
 				break fill
 			}
 		}
-		args = append(args[:0], wake, id)
+		args = args[:grabHead]
 		for _, r := range batch {
 			args = append(args, strconv.FormatInt(r.uid, 10))
 		}
-		reply, err := grabScript.Run(context.Background(), c.e.rdb, keys, args...).Result()
+		reply, unconfirmed, err := c.e.callGrab(context.Background(), args)
 		var res []Result
 		var errs []error
 		if err == nil {
 			res, errs, err = decodeBatch(c.id, reply, len(batch))
 		}
+		if err != nil {
+			err = classify(err)
+		} else if unconfirmed != nil {
+			unconfirmed = ackedOutcome(unconfirmed)
+		}
 		for i, r := range batch {
-			if err != nil {
+			switch {
+			case err != nil:
 				r.err = err
-			} else {
+			case unconfirmed != nil && errs[i] == nil:
+				// The script gave this grab an order, new or held,
+				// that the replicas have not confirmed.
+				r.err = unconfirmed
+			default:
 				r.res, r.err = res[i], errs[i]
 			}
 			r.done <- struct{}{}

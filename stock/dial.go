@@ -18,7 +18,11 @@ import (
 //	redis+sentinel://host:port[,host:port...]/master[?db=0]  Sentinel failover
 //
 // Timeouts are short: a flash sale prefers a fast "unavailable" to a queue
-// of requests waiting on a dead server.
+// of requests waiting on a dead server. So is the dialing: one attempt per
+// connection, not go-redis' five, so that a dead master is known as such
+// at once (the engine sends a refused grab again, see Config.RetryFor). A
+// cluster client also reloads its slot map every ClusterReload, besides
+// the reloads that errors trigger (see Engine).
 //
 // poolSize bounds the connections to each server (0: 64, enough for the
 // API's grab combining and lookups).
@@ -27,7 +31,10 @@ func Dial(ctx context.Context, rawURL string, poolSize ...int) (redis.UniversalC
 	if len(poolSize) > 0 && poolSize[0] > 0 {
 		pool = poolSize[0]
 	}
-	tune := func(dial, read, write *time.Duration, size *int) {
+	tune := func(dial, read, write *time.Duration, size, dials *int) {
+		if *dials == 0 {
+			*dials = 1
+		}
 		if *dial == 0 {
 			*dial = 2 * time.Second
 		}
@@ -55,14 +62,17 @@ func Dial(ctx context.Context, rawURL string, poolSize ...int) (redis.UniversalC
 		if err != nil {
 			return nil, fmt.Errorf("bad redis URL %s: %s", shown, hide(err, u))
 		}
-		tune(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolSize)
+		tune(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolSize, &opt.DialerRetries)
 		rdb = redis.NewClient(opt)
 	case "redis+cluster", "rediss+cluster":
 		opt, err := redis.ParseClusterURL(strings.Replace(rawURL, "+cluster", "", 1))
 		if err != nil {
 			return nil, fmt.Errorf("bad redis cluster URL %s: %s", shown, hide(err, u))
 		}
-		tune(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolSize)
+		tune(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolSize, &opt.DialerRetries)
+		if opt.ClusterStateReloadInterval == 0 {
+			opt.ClusterStateReloadInterval = ClusterReload
+		}
 		rdb = redis.NewClusterClient(opt)
 	case "redis+sentinel":
 		master := strings.Trim(u.Path, "/")
@@ -74,7 +84,7 @@ func Dial(ctx context.Context, rawURL string, poolSize ...int) (redis.UniversalC
 			opt.Username = u.User.Username()
 			opt.Password, _ = u.User.Password()
 		}
-		tune(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolSize)
+		tune(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.PoolSize, &opt.DialerRetries)
 		rdb = redis.NewFailoverClient(opt)
 	default:
 		return nil, fmt.Errorf("bad redis URL %s: the scheme must be redis, rediss, redis+cluster or redis+sentinel", shown)
@@ -87,6 +97,11 @@ func Dial(ctx context.Context, rawURL string, poolSize ...int) (redis.UniversalC
 	}
 	return rdb, nil
 }
+
+// ClusterReload is how often a cluster client of Dial reloads its slot map
+// when no error asked for it sooner (go-redis' default: a minute), which
+// bounds how long a topology change that no error reveals goes unseen.
+const ClusterReload = 5 * time.Second
 
 // hide returns err's text without the URL's password.
 func hide(err error, u *url.URL) string {

@@ -124,6 +124,13 @@ func (e *Engine) SoldOutSnapshot(ctx context.Context, activityID int64, limit in
 		if len(buyers) > limit {
 			return nil, ErrTooManyBuyers
 		}
+		if e.cfg.AckReplicas > 0 {
+			// The snapshot answers its buyers with their orders: each
+			// must be on the replicas, as a grab's answer is.
+			if err := e.barrier(ctx, activityID); err != nil {
+				return nil, err
+			}
+		}
 		return &Snapshot{ActivityID: activityID, Epoch: epoch, buyers: slices.Clip(buyers)}, nil
 	}
 	return nil, fmt.Errorf("stock: the buyers of activity %d kept changing during %d reads", activityID, snapshotAttempts)

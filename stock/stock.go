@@ -75,15 +75,41 @@ type Config struct {
 	// 1s. Goroutines follow the activities being grabbed, not all the
 	// activities ever grabbed.
 	CombinerIdle time.Duration
+
+	// AckReplicas, if above 0, makes a grab's yes durable: every script
+	// call is followed, on the connection of the master that ran it, by
+	// WAIT AckReplicas AckTimeout, and its grabs are answered with their
+	// order only if that many replicas confirmed the call's writes
+	// (else ErrOutcomeUnknown). Default 0: no WAIT, no extra round trip;
+	// Redis replicates asynchronously, and a failover loses the writes
+	// the promoted replica had not received.
+	AckReplicas int
+	// AckTimeout bounds each WAIT. Default DefaultAckTimeout. The Redis
+	// client's read timeout (1s with Dial) bounds the script and its WAIT
+	// together: keep AckTimeout well below it.
+	AckTimeout time.Duration
+	// RetryFor bounds how long a grab that surely did not run (no
+	// connection to the master, or refused by it: a failover under way)
+	// is sent again, within its caller's ctx. Default 2s; negative: never.
+	// A grab that may have run is never sent again.
+	RetryFor time.Duration
 }
+
+// DefaultAckTimeout is the default Config.AckTimeout: hundreds of times a
+// replica's acknowledgement on a healthy network (well under a
+// millisecond on a LAN), so that only a replica that is cut off or stalled
+// misses it, and short enough to leave half of the client's 1s read
+// timeout to the script under load.
+const DefaultAckTimeout = 500 * time.Millisecond
 
 // Engine runs the scripts. It is safe for concurrent use; Close stops the
 // goroutines that combine grabs.
 type Engine struct {
-	rdb  redis.UniversalClient
-	cfg  Config
-	quit chan struct{}
-	wg   sync.WaitGroup
+	rdb    redis.UniversalClient
+	cfg    Config
+	reload reloader
+	quit   chan struct{}
+	wg     sync.WaitGroup
 
 	// closing is held for reading while a grab enters a queue, so that Close
 	// (holding it for writing) knows every queued grab is answered, by a
@@ -113,7 +139,16 @@ func New(rdb redis.UniversalClient, cfg Config) *Engine {
 	if cfg.CombinerIdle <= 0 {
 		cfg.CombinerIdle = time.Second
 	}
-	return &Engine{rdb: rdb, cfg: cfg, quit: make(chan struct{}), combiners: map[int64]*combiner{}}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = DefaultAckTimeout
+	}
+	cfg.AckTimeout = max(cfg.AckTimeout, minAckTimeout)
+	if cfg.RetryFor == 0 {
+		cfg.RetryFor = 2 * time.Second
+	}
+	e := &Engine{rdb: rdb, cfg: cfg, quit: make(chan struct{}), combiners: map[int64]*combiner{}}
+	e.reload.cc, _ = rdb.(*redis.ClusterClient)
+	return e
 }
 
 // Client returns the Redis client the engine uses.
@@ -145,8 +180,6 @@ func (e *Engine) Close() {
 	e.wg.Wait()
 }
 
-var errClosed = errors.New("stock: engine closed")
-
 // Result is the answer to one grab.
 type Result struct {
 	OrderID   int64 // the new order, or the user's existing one (a full id, see seckill.OrderID)
@@ -157,8 +190,48 @@ type Result struct {
 // Grab tries to take one unit of the activity's stock for user uid; Redis
 // issues the new order's id (see grab.lua). It returns a Result, or an
 // error: ErrNotLoaded, ErrSoldOut, ErrNotStarted, ErrEnded (*seckill.Error
-// values), or a Redis error.
+// values); when Redis did not answer, an error wrapping ErrUnavailable
+// (the grab surely did not run) or ErrOutcomeUnknown (it may have: the
+// user's next grab tells); ctx's error if it ended before the grab was
+// sent. A grab that surely did not run is sent again for up to RetryFor.
 func (e *Engine) Grab(ctx context.Context, activityID, uid int64) (Result, error) {
+	res, err := e.grab(ctx, activityID, uid)
+	if ge, ok := err.(*grabError); ok && ge.retry && e.cfg.RetryFor > 0 {
+		return e.regrab(ctx, activityID, uid, err)
+	}
+	return res, err
+}
+
+// regrab sends again a grab that surely did not run, after a growing
+// pause, while its refusals say that it did not, for up to RetryFor and
+// while ctx lasts: long enough to ride out a master's failover, not so
+// long that a caller waits on a Redis that stays away.
+func (e *Engine) regrab(ctx context.Context, activityID, uid int64, err error) (Result, error) {
+	deadline := time.Now().Add(e.cfg.RetryFor)
+	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 250*time.Millisecond) {
+		d := pause/2 + rand.N(pause/2+1)
+		if time.Now().Add(d).After(deadline) {
+			return Result{}, err
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Result{}, err
+		case <-t.C:
+		}
+		res, next := e.grab(ctx, activityID, uid)
+		if ge, ok := next.(*grabError); !ok || !ge.retry {
+			if next != nil && ctx.Err() != nil && errors.Is(next, ctx.Err()) {
+				return Result{}, err // ended before the grab was queued again
+			}
+			return res, next
+		}
+		err = next
+	}
+}
+
+func (e *Engine) grab(ctx context.Context, activityID, uid int64) (Result, error) {
 	e.closing.RLock()
 	if e.closed {
 		e.closing.RUnlock()

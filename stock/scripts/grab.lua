@@ -13,7 +13,14 @@
 --                 publishes the activity id on ARGV[1], waking the workers:
 --                 one message per idle-to-busy change, none under load.
 -- ARGV[1] the workers' wake-up channel  ARGV[2] the activity id
--- ARGV[3], ...       the uid of each grab (decimal strings)
+-- ARGV[3] "1" if a WAIT follows this call (the engine's AckReplicas), else "0"
+-- ARGV[4], ...       the uid of each grab (decimal strings)
+--
+-- WAIT covers the writes of its own connection only. With ARGV[3] = "1", a
+-- call that takes nothing but answers an existing order (or has no uids at
+-- all) rewrites meta's seq unchanged: that write is replicated after every
+-- earlier write, so the WAIT that follows covers the existing orders too,
+-- whichever connection wrote them.
 --
 -- Order ids are issued here, per activity: local = max(seq + 1,
 -- (now - starts_ms) << 3), 36 bits of milliseconds and 3 of sequence; more
@@ -47,7 +54,8 @@ local seq = tonumber(meta[3]) or 0
 local base = (now - starts) * 8
 local out = {0, 0}
 local taken = 0
-for i = 3, #ARGV do
+local held = #ARGV == 3
+for i = 4, #ARGV do
   local uid = ARGV[i]
   local id = math.max(seq + 1, base)
   local idStr = string.format('%d', id)
@@ -62,6 +70,7 @@ for i = 3, #ARGV do
   else
     local existing = redis.call('HGET', KEYS[3], uid)
     if existing then
+      held = true
       out[#out + 1] = 1
       out[#out + 1] = existing
     else
@@ -76,6 +85,8 @@ if taken > 0 then
   if redis.call('SET', KEYS[5], '1', 'NX') then
     redis.call('PUBLISH', ARGV[1], ARGV[2])
   end
+elseif held and ARGV[3] == '1' then
+  redis.call('HSET', KEYS[1], 'seq', string.format('%d', seq))
 end
 out[2] = remaining
 return out

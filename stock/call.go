@@ -1,0 +1,121 @@
+package stock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// noRetry is a command that go-redis must not send twice: a grab whose
+// reply was lost may have run, and the engine decides what to do (see
+// classify). A struct of one pointer, it goes into an interface without
+// allocating.
+type noRetry struct{ *redis.Cmd }
+
+func (noRetry) NoRetry() bool { return true }
+
+// grabArgs starts the arguments of a grab.lua call of the activity, before
+// the uids: EVALSHA sha 5 keys... wake id ack, with room for a batch. A
+// combiner goroutine boxes them once, not once per call.
+func (e *Engine) grabArgs(activityID int64) []any {
+	ack := "0"
+	if e.cfg.AckReplicas > 0 {
+		ack = "1"
+	}
+	k := e.Keys(activityID)
+	args := make([]any, 0, grabHead+e.cfg.MaxBatch)
+	return append(args, "evalsha", grabScript.Hash(), 5, k.Meta, k.Stock, k.Buyers, k.Orders, k.Awake,
+		e.WakeChannel(), strconv.FormatInt(activityID, 10), ack)
+}
+
+// grabHead is the length of grabArgs' result.
+const grabHead = 11
+
+// callGrab runs grab.lua once with args (see grabArgs; the uids follow),
+// sending EVAL if the server does not hold the script. With AckReplicas it
+// sends WAIT after the script on the same connection, and unconfirmed is
+// the reason the replicas did not confirm it (nil if they did). args[0:2]
+// are changed during the call and restored.
+func (e *Engine) callGrab(ctx context.Context, args []any) (reply any, unconfirmed, err error) {
+	reply, unconfirmed, err = e.sendGrab(ctx, args)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// A promoted replica or a restarted server has no script cache.
+		args[0], args[1] = "eval", grabSrc
+		reply, unconfirmed, err = e.sendGrab(ctx, args)
+		args[0], args[1] = "evalsha", grabScript.Hash()
+	}
+	e.reload.after(err)
+	return reply, unconfirmed, err
+}
+
+func (e *Engine) sendGrab(ctx context.Context, args []any) (any, error, error) {
+	cmd := redis.NewCmd(ctx, args...)
+	if e.cfg.AckReplicas == 0 {
+		err := e.rdb.Process(ctx, noRetry{cmd})
+		return cmd.Val(), nil, err
+	}
+	// WAIT counts the replicas that acknowledged the writes of its own
+	// connection: it must follow the script on the connection of the
+	// master that ran it. A plain client's pipeline is one connection; a
+	// cluster client would split it by node, so the pipeline goes to the
+	// node that holds the activity's slot.
+	c, ok := e.rdb.(*redis.Client)
+	if !ok {
+		cc, ok := e.rdb.(*redis.ClusterClient)
+		if !ok {
+			return nil, nil, &grabError{outcome: ErrUnavailable, err: fmt.Errorf("AckReplicas needs a *redis.Client or *redis.ClusterClient, not %T", e.rdb)}
+		}
+		node, err := cc.MasterForKey(ctx, args[3].(string))
+		if err != nil {
+			// Nothing was sent.
+			return nil, nil, &grabError{outcome: ErrUnavailable, err: err, retry: true}
+		}
+		c = node
+	}
+	pipe := c.Pipeline()
+	_ = pipe.Process(ctx, noRetry{cmd})
+	wait := redis.NewIntCmd(ctx, "wait", e.cfg.AckReplicas, e.cfg.AckTimeout.Milliseconds())
+	_ = pipe.Process(ctx, wait)
+	_, _ = pipe.Exec(ctx)
+	// A MOVED or ASK reply means the script did not run here: it is not
+	// followed (the grab is refused, and the caller sends it again after
+	// the slot map's reload that callGrab asks for).
+	if err := cmd.Err(); err != nil {
+		return nil, nil, err
+	}
+	n, err := wait.Result()
+	switch {
+	case err != nil:
+		return cmd.Val(), fmt.Errorf("WAIT: %w", err), nil
+	case n < int64(e.cfg.AckReplicas):
+		return cmd.Val(), fmt.Errorf("%d of %d replicas confirmed the grab within %s", n, e.cfg.AckReplicas, e.cfg.AckTimeout), nil
+	}
+	return cmd.Val(), nil, nil
+}
+
+// barrier returns once AckReplicas replicas hold every write of the
+// activity made before it (a grab.lua call without uids rewrites meta, and
+// WAIT follows), or an error wrapping ErrOutcomeUnknown if they do not
+// confirm it in time.
+func (e *Engine) barrier(ctx context.Context, activityID int64) error {
+	_, unconfirmed, err := e.callGrab(ctx, e.grabArgs(activityID))
+	switch {
+	case err != nil:
+		return classify(err)
+	case unconfirmed != nil:
+		return ackedOutcome(unconfirmed)
+	}
+	return nil
+}
+
+// ackedOutcome is the error of the grabs of a batch whose script ran but
+// whose replicas did not confirm it: those it answered with an order.
+func ackedOutcome(unconfirmed error) error {
+	return &grabError{outcome: ErrOutcomeUnknown, err: unconfirmed}
+}
+
+// minAckTimeout keeps WAIT's timeout above 0, which would wait forever.
+const minAckTimeout = time.Millisecond
