@@ -31,6 +31,7 @@ type backendFlags struct {
 	redisURL string
 	dbURL    string
 	prefix   string
+	ack      ackFlags // registered by serve only
 }
 
 func (b *backendFlags) register(fs flagSet, defaultDB string) {
@@ -98,7 +99,7 @@ func (b *backendFlags) connect(ctx context.Context, log *slog.Logger) (*backends
 		return nil, fmt.Errorf("--db: %w", err)
 	}
 	bk.closers = append(bk.closers, bk.store.Close)
-	bk.engine = stock.New(bk.rdb, stock.Config{Prefix: b.prefix})
+	bk.engine = stock.New(bk.rdb, stock.Config{Prefix: b.prefix, AckReplicas: b.ack.replicas, AckTimeout: b.ack.timeout})
 	bk.closers = append(bk.closers, func() error { bk.engine.Close(); return nil })
 	if err := bk.engine.Preload(ctx); err != nil {
 		bk.close()

@@ -404,14 +404,7 @@ func TestDrainFlags(t *testing.T) {
 		if tc.env != "" {
 			t.Setenv("SECKILL_DRAIN_TIMEOUT", tc.env)
 		}
-		// Were the value let through, serve would stop at once.
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		var stderr strings.Builder
-		code := run(ctx, append([]string{"serve", "--listen", "127.0.0.1:0", "--db", "sqlite://:memory:"}, tc.args...), io.Discard, &stderr)
-		if code != 2 || !strings.Contains(stderr.String(), tc.want) {
-			t.Errorf("serve %v (env %q): exit %d, %q; want 2 and %q", tc.args, tc.env, code, stderr.String(), tc.want)
-		}
+		serveRefuses(t, tc.args, tc.env, tc.want)
 	}
 }
 

@@ -9,6 +9,9 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
+
+	"github.com/seckilldev/seckill/stock"
 )
 
 // flagSet is a flag.FlagSet whose flags have environment twins: SECKILL_
@@ -90,6 +93,28 @@ func (l *logFlags) logger(w io.Writer, hide ...string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, usagef("--log-format: %q is not one of text, json", l.format)
+}
+
+// ackFlags make a grab's yes durable: answered only once Redis replicas
+// hold it (stock.Config.AckReplicas).
+type ackFlags struct {
+	replicas int
+	timeout  time.Duration
+}
+
+func (a *ackFlags) register(fs flagSet) {
+	fs.IntVar(&a.replicas, "ack-replicas", 0, "answer a grab with its order only once this many Redis replicas hold it (WAIT after each script call on its master); else 504 outcome_unknown. 0: at once, no extra round trip")
+	fs.DurationVar(&a.timeout, "ack-timeout", stock.DefaultAckTimeout, "with --ack-replicas, how long the replicas have to confirm a grab (1ms to 900ms: the Redis read timeout, 1s, bounds the script and its wait together)")
+}
+
+func (a *ackFlags) check() error {
+	switch {
+	case a.replicas < 0:
+		return usagef("--ack-replicas: %d is negative", a.replicas)
+	case a.timeout < time.Millisecond || a.timeout > 900*time.Millisecond:
+		return usagef("--ack-timeout: %v is not between 1ms and 900ms", a.timeout)
+	}
+	return nil
 }
 
 func randomHex(n int) string {

@@ -65,11 +65,15 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.drainIdle, "drain-idle", defaultDrainIdle, "on SIGTERM, how long an idle keep-alive connection may stay silent before it is closed; its next request until then is answered, with Connection: close")
 	fs.StringVar(&c.compareResults, "compare-results", defaultCompareResults, "the `FILE` of seckill bench --compare --results FILE that the dashboard charts")
 	c.backend.register(fs, "sqlite://seckill.db")
+	c.backend.ack.register(fs)
 	c.worker.register(fs)
 	c.expiry.register(fs)
 	c.guard.register(fs)
 	c.logs.register(fs)
 	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if err := c.backend.ack.check(); err != nil {
 		return err
 	}
 	for _, d := range []struct {
@@ -192,7 +196,7 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "worker", !c.noWorker, "expiry", !c.expiry.off)
+	log.Info("serving", "addr", ln.Addr().String(), "worker", !c.noWorker, "expiry", !c.expiry.off, "ack_replicas", c.backend.ack.replicas)
 	if generated {
 		fmt.Fprintf(stdout, "admin token (generated; pass --admin-token to choose one): %s\n", c.adminToken)
 	}
