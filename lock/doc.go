@@ -120,8 +120,11 @@
 // and can reach Redis: at most one holder at a time (permits of a
 // semaphore, one writer or only readers); a hold that is not released ends
 // within its lease; a holder learns of the loss of its hold within a third
-// of its lease (watchdog), or at its end (fixed lease). These are the
-// guarantees of a lease, and they do not survive:
+// of its lease (watchdog), or at its end (fixed lease). A hold that Lock
+// (Acquire, RLock) returns runs at least until its ValidUntil, however long
+// the waiter paused before: a grant it learns of after a later poll of its
+// own found it without the lock is asked of Redis, not believed. These are
+// the guarantees of a lease, and they do not survive:
 //
 //   - a process pause (GC, swapped or stopped VM) longer than the remaining
 //     lease: the holder wakes up believing it holds a lock someone else

@@ -256,8 +256,12 @@ func (c *Client) waitFor(ctx context.Context, l *Lock) error {
 	w := c.waiters.add(l.tok)
 	defer c.waiters.remove(l.tok)
 
-	// The lock was given to the waiter after the last attempt that found it
-	// taken was sent: its lease runs at least from then.
+	// A grant made after the last attempt that found the lock taken runs
+	// from after that attempt was sent. A grant made before it is gone (that
+	// attempt found the waiter not holding the lock), and its message may
+	// still come after it, when the waiter was paused past the grant's lease:
+	// a poll tells the fencing tokens issued before it (l.polled), and a
+	// grant with no token above them is confirmed with Redis, never believed.
 	sent := time.Now()
 	hint, err := c.acquire(ctx, l, attemptWait, sent)
 	if err == nil {
@@ -290,7 +294,7 @@ func (c *Client) waitFor(ctx context.Context, l *Lock) error {
 		case <-c.ctx.Done():
 			return c.leave(ctx, l, fmt.Errorf("%w (%w)", ErrNotObtained, ErrClosed))
 		case <-w.wake:
-			if token, slot, ok := c.waiters.granted(w); ok {
+			if token, slot, ok := c.waiters.granted(w); ok && token > l.polled {
 				l.token, l.slot, l.acquired = token, slot, sent
 				switch err := c.confirm(ctx, l, sent); {
 				case err == nil:
@@ -301,7 +305,9 @@ func (c *Client) waitFor(ctx context.Context, l *Lock) error {
 					return c.leave(ctx, l, notObtained(ctx, err))
 				}
 			}
-			woken = true // to try again: a Redlock release, or a new subscription
+			// to try again: a Redlock release, a new subscription, or a grant
+			// made before the last poll (see sent)
+			woken = true
 		case <-timer.C:
 		}
 		now := time.Now()
@@ -472,6 +478,9 @@ func (c *Client) acquire(ctx context.Context, l *Lock, how string, since time.Ti
 			if err == nil {
 				v, slot, held, err = parseAcquired(r)
 			}
+			if err == nil && v < 0 && how == attemptPoll {
+				l.polled = parseIssued(r)
+			}
 		} else {
 			v, err = run(ctx, c.nodes[0], acquireScript, keys, args)
 		}
@@ -567,6 +576,16 @@ func parseAcquired(r []string) (token, slot int64, held bool, err error) {
 		slot, err = strconv.ParseInt(r[1], 10, 64)
 	}
 	return token, slot, len(r) > 2 && r[2] == "1", err
+}
+
+// parseIssued reads what a poll that found the lock taken adds to its
+// reply: a bound of the fencing tokens issued before it (0 if absent).
+func parseIssued(r []string) int64 {
+	if len(r) < 4 {
+		return 0
+	}
+	n, _ := strconv.ParseInt(r[3], 10, 64)
+	return n
 }
 
 // undo releases, in the background, an acquisition whose outcome is

@@ -21,7 +21,10 @@
 -- > 0 when acquired, also when this hold token already holds the lock (a
 -- retried attempt, or a waiter that was given the lock); 0 when the name is
 -- held by another kind of lock (or a semaphore of other permits); when
--- taken, -1 - the ms until the first hold ends.
+-- taken, -1 - the ms until the first hold ends. When ARGV[4] is '2' and the
+-- lock is taken, a fourth string bounds the tokens issued so far: a grant
+-- with a token not above it was made before this call, which found this
+-- hold token not holding the lock, so that grant is gone.
 --
 -- A free lock goes to the waiters first: an acquisition does not overtake
 -- them, unless it is a reentrant owner's, which already holds the lock.
@@ -82,4 +85,16 @@ local first = redis.call('pttl', K)
 for _, h in pairs(st.live) do
 	first = math.min(first, h.e - t)
 end
-return reply(-1 - math.max(first, 0))
+local r = reply(-1 - math.max(first, 0))
+if how == '2' then
+	-- the last token issued; with no counter, one below the first that the
+	-- next one will issue (see fence: the tokens of the last one were below
+	-- that)
+	local issued = redis.call('get', F)
+	if not issued then
+		local c = redis.call('time')
+		issued = str(tonumber((c[1] + 1) .. string.sub('00000' .. c[2], -6)) - 1)
+	end
+	table.insert(r, issued)
+end
+return r
