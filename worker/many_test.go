@@ -31,7 +31,7 @@ type sales struct {
 	store    seckill.Store
 	api      *stock.Engine
 	wEngine  *stock.Engine
-	wClient  *redis.Client
+	wClient  redis.UniversalClient
 	commands *rediscount.Counter
 	acts     []seckill.Activity
 	log      *slog.Logger // the workers' log, printed if the test fails
@@ -56,6 +56,15 @@ func newSales(t *testing.T, n int, stockN int64, ends time.Duration) *sales {
 
 func newSalesAt(t *testing.T, addr string, n int, stockN int64, ends time.Duration) *sales {
 	t.Helper()
+	return newSalesOn(t, func(pool int) redis.UniversalClient {
+		return redis.NewClient(&redis.Options{Addr: addr, PoolSize: pool})
+	}, n, stockN, ends)
+}
+
+// newSalesOn is newSales on the clients that dial returns (pool: their
+// pool size, 0 for the default).
+func newSalesOn(t *testing.T, dial func(pool int) redis.UniversalClient, n int, stockN int64, ends time.Duration) *sales {
+	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "w.db"))
 	if err != nil {
@@ -63,11 +72,11 @@ func newSalesAt(t *testing.T, addr string, n int, stockN int64, ends time.Durati
 	}
 	t.Cleanup(func() { st.Close() })
 	prefix := testenv.Prefix(t)
-	apiClient := redis.NewClient(&redis.Options{Addr: addr})
+	apiClient := dial(0)
 	t.Cleanup(func() { apiClient.Close() })
 	api := stock.New(apiClient, stock.Config{Prefix: prefix})
 	t.Cleanup(api.Close)
-	wClient := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 8})
+	wClient := dial(8)
 	t.Cleanup(func() { wClient.Close() })
 	c := &rediscount.Counter{}
 	wClient.AddHook(c)
@@ -147,7 +156,7 @@ func TestManyActivities(t *testing.T) {
 
 	// Settled: every stream was read once and went cold.
 	var last int64 = -1
-	testenv.WaitFor(t, "worker idle", func() bool {
+	settled := testenv.WaitFor(t, "worker idle", func() bool {
 		now := s.commands.N()
 		settled := now == last && now >= 3*n
 		last = now
@@ -168,6 +177,7 @@ func TestManyActivities(t *testing.T) {
 
 	// Orders on activities spread over the list, one at a time: each must
 	// be written, woken by grab.lua's message.
+	var slowest time.Duration
 	for i := 0; i < n; i += 37 {
 		a := s.acts[i]
 		uid := int64(1000 + i)
@@ -175,7 +185,7 @@ func TestManyActivities(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		testenv.WaitFor(t, fmt.Sprintf("order on activity %d written", a.ID), func() bool { return s.written(t, r.OrderID) })
+		slowest = max(slowest, testenv.WaitFor(t, fmt.Sprintf("order on activity %d written", a.ID), func() bool { return s.written(t, r.OrderID) }))
 	}
 	// Busy, many at once: every activity gets an order.
 	var ids []int64
@@ -186,7 +196,7 @@ func TestManyActivities(t *testing.T) {
 		}
 		ids = append(ids, r.OrderID)
 	}
-	testenv.WaitFor(t, "every order written", func() bool {
+	busy := testenv.WaitFor(t, "every order written", func() bool {
 		for _, id := range ids {
 			if !s.written(t, id) {
 				return false
@@ -194,6 +204,8 @@ func TestManyActivities(t *testing.T) {
 		}
 		return true
 	})
+	t.Logf("settled in %v; a lone order written in %v at most; %d at once in %v", settled.Round(time.Millisecond),
+		slowest.Round(time.Millisecond), n, busy.Round(time.Millisecond))
 	// The grabs started the API engine's combiners too: they stop when idle.
 	testenv.WaitFor(t, "goroutines back to a small bound after the busy round", func() bool {
 		return runtime.NumGoroutine()-before <= 30

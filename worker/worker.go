@@ -7,7 +7,9 @@
 //
 // One loop serves every live activity, on a Redis client of the worker's
 // own, so that neither its goroutines nor its connections grow with the
-// number of sales (see Run).
+// number of sales (see Run). A stream whose Redis node fails is set aside
+// until the node answers again, so that on a Redis Cluster one dead master
+// holds up no other (see away.go).
 package worker
 
 import (
@@ -146,6 +148,9 @@ type Worker struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *Metrics
+	// prober holds the streams whose Redis node failed (see away.go); set
+	// by Run.
+	prober *prober
 
 	// crashAt, set by tests, is asked at each stage of a batch ("read":
 	// before the database write, "committed": before compensation and ack);
@@ -197,6 +202,9 @@ type stream struct {
 	// cutoff, in the drain, is the last entry the stream held when the
 	// drain began: reading stops past it.
 	cutoff string
+	// away: the stream's Redis node failed; it waits for the prober (see
+	// away.go) and is left out of everything else meanwhile.
+	away bool
 }
 
 // Run consumes until ctx ends, then drains (see Config.DrainTimeout) and
@@ -232,6 +240,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer sub.Close()
 	wake := sub.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(5 * time.Second))
 	subscribed := false
+	w.prober = newProber(w.rdb)
+	probing, stopProbing := context.WithCancel(ctx)
+	probed := make(chan struct{})
+	go func() { defer close(probed); w.prober.run(probing) }()
+	defer func() { stopProbing(); <-probed }()
 
 	streams := map[int64]*stream{}
 	retired := map[int64]time.Time{} // deleted from Redis: not consumed again (value: the activity's end)
@@ -268,6 +281,8 @@ func (w *Worker) Run(ctx context.Context) error {
 				w.retire(ctx, streams, retired)
 			case <-poll.C:
 				pollNow = true
+			case <-w.prober.ready:
+				w.returned(streams)
 			default:
 				break events
 			}
@@ -277,7 +292,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			// others stay cold (their flags are as they were).
 			var cold []*stream
 			for _, s := range streams {
-				if !s.hot {
+				if !s.hot && !s.away {
 					cold = append(cold, s)
 				}
 			}
@@ -304,6 +319,8 @@ func (w *Worker) Run(ctx context.Context) error {
 				w.retire(ctx, streams, retired)
 			case <-poll.C:
 				pollNow = true
+			case <-w.prober.ready:
+				w.returned(streams)
 			}
 			continue
 		}
@@ -327,8 +344,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		crowd = read >= crowdEntries
 		if err != nil && ctx.Err() == nil {
+			// The failing streams are away: the others go on at once.
 			w.log.Warn("read streams", "err", err)
-			sleep(ctx, 100*time.Millisecond)
 		}
 		// Streams that gave nothing cool down: with the awake flag gone,
 		// the next accepted order wakes this loop. Read them once more
@@ -339,10 +356,15 @@ func (w *Worker) Run(ctx context.Context) error {
 				idle = append(idle, s)
 			}
 		}
-		// If the flags could not be deleted, they stay hot: a flag left
-		// set would keep grab.lua from publishing the next order.
-		if len(idle) > 0 && ctx.Err() == nil && w.sleepFlags(ctx, idle) {
-			if _, err := w.round(ctx, idle, false); err == errCrashed {
+		if len(idle) > 0 && ctx.Err() == nil {
+			if !w.sleepFlags(ctx, idle) {
+				// A flag left set would keep grab.lua from publishing
+				// the next order: the streams stay hot, to be read and
+				// cooled again next round.
+				for _, s := range idle {
+					s.hot = true
+				}
+			} else if _, err := w.round(ctx, idle, false); err == errCrashed {
 				return nil
 			}
 		}
@@ -356,11 +378,21 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) hot(streams map[int64]*stream) []*stream {
 	var hot []*stream
 	for _, s := range streams {
-		if s.hot {
+		if s.hot && !s.away {
 			hot = append(hot, s)
 		}
 	}
 	return hot
+}
+
+// returned takes back the streams whose node answers again (see away.go).
+func (w *Worker) returned(streams map[int64]*stream) {
+	for _, id := range w.prober.takeBack() {
+		if s := streams[id]; s != nil && s.away {
+			s.away, s.hot, s.settled = false, true, false
+			s.log.Info("redis answers again for the stream; resuming")
+		}
+	}
 }
 
 // round reads a batch from each stream with one pipeline and writes what
@@ -397,15 +429,16 @@ func (w *Worker) round(ctx context.Context, ss []*stream, gather bool) (map[*str
 			s.hot = false
 			continue
 		case r.err != nil:
-			// Redis is away: read again after a pause. The read may have
-			// run and its reply been lost (a timeout): the entries it
-			// delivered are pending with this consumer, where a read of
-			// ">" never finds them again. Read this consumer's own
-			// pending entries first, as after a restart.
+			// The stream's node is away: the stream waits for the prober.
+			// The read may have run and its reply been lost (a timeout):
+			// the entries it delivered are pending with this consumer,
+			// where a read of ">" never finds them again, so the stream
+			// comes back reading its own pending entries, as after a
+			// restart.
 			if firstErr == nil && ctx.Err() == nil {
 				firstErr = fmt.Errorf("activity %d: %w", s.a.ID, r.err)
 			}
-			s.hot, s.start = true, "0"
+			w.prober.leave(s)
 			continue
 		}
 		msgs := r.msgs
@@ -440,8 +473,9 @@ func (w *Worker) round(ctx context.Context, ss []*stream, gather bool) (map[*str
 			w.read(ctx, ahead, false)
 		}
 	}()
-	err := w.processAll(ctx, work)
+	failed, err := w.processAll(ctx, work)
 	<-done
+	w.redo(failed)
 	if err != nil {
 		return got, err
 	}
@@ -492,38 +526,94 @@ type batch struct {
 	s      *stream
 	msgs   []redis.XMessage
 	counts map[string]int64 // deliveries, for claimed entries
+	// Set by process: the entries are acknowledged; or a Redis step of
+	// theirs (compensation, acknowledgement) gave up.
+	acked, redisFailed bool
 }
 
-// processAll writes the batches, Parallel at a time.
-func (w *Worker) processAll(ctx context.Context, work []batch) error {
+// processAll writes the batches, Parallel jobs at a time (see jobs). It
+// returns the batches whose entries were left pending (see redo).
+func (w *Worker) processAll(ctx context.Context, work []batch) ([]batch, error) {
 	if len(work) == 0 {
-		return nil
+		return nil, nil
 	}
 	sem := make(chan struct{}, w.cfg.Parallel)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var crashed bool
-	for _, b := range work {
+	var failed []batch
+	for _, job := range w.jobs(work) {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			err := w.process(ctx, b.s.a.ID, b.msgs, b.counts, b.s.log)
+			err := w.process(ctx, job)
 			mu.Lock()
 			defer mu.Unlock()
-			switch {
-			case err == errCrashed:
-				crashed = true
-			case err == nil:
-				b.s.dirty = true
+			for _, b := range job {
+				switch {
+				case err == errCrashed:
+					crashed = true
+				case b.acked:
+					b.s.dirty = true
+				case ctx.Err() == nil:
+					failed = append(failed, b)
+				}
 			}
 		}()
 	}
 	wg.Wait()
 	if crashed {
-		return errCrashed
+		return nil, errCrashed
 	}
-	return nil
+	return failed, nil
+}
+
+// redo makes the streams of batches left pending read this consumer's own
+// pending entries again (a read of ">" never finds them): at once, or,
+// those whose Redis step failed, once their node answers (see away.go).
+// It runs in the Run loop, with no read of the streams in flight.
+func (w *Worker) redo(failed []batch) {
+	for _, b := range failed {
+		s := b.s
+		s.ahead = nil // what it read is pending too: "0" reads it again
+		switch {
+		case s.away:
+		case b.redisFailed:
+			w.prober.leave(s)
+		default:
+			s.start, s.hot = "0", true
+		}
+	}
+}
+
+// jobs groups the batches into the transactions that write them: a batch
+// of Batch entries or more alone, and smaller ones of several streams
+// together, up to Batch entries a job. A crowd spread over hundreds of
+// sales would otherwise cost a transaction per sale per round (with a
+// commit each, one at a time on SQLite); the database locks a job's
+// activities in one order (see Store.ApplyOrders), so jobs written at once
+// cannot deadlock.
+func (w *Worker) jobs(work []batch) [][]batch {
+	var jobs [][]batch
+	var small []batch
+	n := 0
+	for _, b := range work {
+		switch {
+		case len(b.msgs) >= w.cfg.Batch:
+			jobs = append(jobs, []batch{b})
+			continue
+		case n+len(b.msgs) > w.cfg.Batch:
+			jobs = append(jobs, small)
+			small, n = nil, 0
+		}
+		small = append(small, b)
+		n += len(b.msgs)
+	}
+	if len(small) > 0 {
+		jobs = append(jobs, small)
+	}
+	return jobs
 }
 
 // sleepFlags deletes the awake flags of streams that gave nothing: the
@@ -600,6 +690,7 @@ func (w *Worker) discover(ctx context.Context, streams map[int64]*stream, retire
 		if s.a.EndsAt.Before(since) {
 			s.log.Info("activity no longer consumed: ended longer ago than the retention")
 			delete(streams, id)
+			w.prober.forget(id)
 		}
 	}
 	for id, end := range retired {
@@ -616,7 +707,7 @@ func (w *Worker) retire(ctx context.Context, streams map[int64]*stream, retired 
 		return
 	}
 	for id, s := range streams {
-		if time.Since(s.a.EndsAt) < w.cfg.Retain || s.hot {
+		if time.Since(s.a.EndsAt) < w.cfg.Retain || s.hot || s.away {
 			continue
 		}
 		done, err := w.engine.Retire(ctx, s.a, w.cfg.Retain)
@@ -640,7 +731,7 @@ func (w *Worker) claimDue(ctx context.Context, streams map[int64]*stream) error 
 	now := time.Now()
 	var due []*stream
 	for _, s := range streams {
-		if !s.settled && now.After(s.claimAt) {
+		if !s.settled && !s.away && now.After(s.claimAt) {
 			due = append(due, s)
 		}
 	}
@@ -667,7 +758,7 @@ func (w *Worker) claimDue(ctx context.Context, streams map[int64]*stream) error 
 				s.log.Warn("claim idle entries", "err", err)
 				// As for a read (see round): what the claim took may be
 				// pending with this consumer, its reply lost.
-				s.hot, s.start = true, "0"
+				w.prober.leave(s)
 			}
 			continue
 		}
@@ -691,14 +782,16 @@ func (w *Worker) claimDue(ctx context.Context, streams map[int64]*stream) error 
 		}
 		work = append(work, batch{s: s, msgs: msgs, counts: counts})
 	}
-	return w.processAll(ctx, work)
+	failed, err := w.processAll(ctx, work)
+	w.redo(failed)
+	return err
 }
 
 // trim deletes the acknowledged entries of the streams that had any since
 // the last trim.
 func (w *Worker) trim(ctx context.Context, streams map[int64]*stream) {
 	for _, s := range streams {
-		if !s.dirty || ctx.Err() != nil {
+		if !s.dirty || s.away || ctx.Err() != nil {
 			continue
 		}
 		n, err := w.engine.Trim(ctx, s.a.ID)
@@ -785,13 +878,16 @@ func (w *Worker) deliveries(ctx context.Context, stream string, msgs []redis.XMe
 	return counts, nil
 }
 
-// process writes a batch to the database, compensates refused orders and
-// acknowledges. It keeps trying while the database or Redis is unreachable;
-// once ctx ends it still tries for DrainTimeout, then leaves the entries
-// pending (another worker, or this one restarted, will claim them).
-func (w *Worker) process(ctx context.Context, activityID int64, msgs []redis.XMessage, deliveries map[string]int64, log *slog.Logger) error {
-	if len(msgs) == 0 {
-		return nil
+// process writes a job to the database in one transaction, compensates
+// refused orders and acknowledges: a job is one batch, or the small
+// batches of several streams (see jobs). It keeps trying while the
+// database is unreachable; once ctx ends it still tries for DrainTimeout,
+// then leaves the entries pending (another worker, or this one restarted,
+// will claim them). The Redis steps give up sooner (see redisPatience).
+func (w *Worker) process(ctx context.Context, job []batch) error {
+	log := job[0].s.log
+	if len(job) > 1 {
+		log = w.log.With("activities", len(job))
 	}
 	if w.crashAt != nil && w.crashAt("read") {
 		return errCrashed
@@ -799,26 +895,29 @@ func (w *Worker) process(ctx context.Context, activityID int64, msgs []redis.XMe
 	work, cancel := drainContext(ctx, w.cfg.DrainTimeout)
 	defer cancel()
 	began := time.Now()
-	stopHeartbeat := w.heartbeat(work, activityID, msgs)
+	stopHeartbeat := w.heartbeat(work, job)
 	defer stopHeartbeat()
 
 	var apply, poison []seckill.OrderRequest
-	var ids []string
-	for _, m := range msgs {
-		req, err := stock.ParseEntry(activityID, m)
-		if err != nil {
-			// Nothing can be done for an entry that names no order: drop it
-			// loudly rather than block the stream behind it.
-			log.Error("malformed stream entry dropped", "id", m.ID, "err", err)
-			w.metrics.Malformed.Inc()
-			ids = append(ids, m.ID)
-			continue
-		}
-		ids = append(ids, m.ID)
-		if deliveries[m.ID] > w.cfg.MaxDeliveries {
-			poison = append(poison, req)
-		} else {
-			apply = append(apply, req)
+	ids := make([][]string, len(job))
+	entries := 0
+	for i, b := range job {
+		entries += len(b.msgs)
+		for _, m := range b.msgs {
+			ids[i] = append(ids[i], m.ID)
+			req, err := stock.ParseEntry(b.s.a.ID, m)
+			if err != nil {
+				// Nothing can be done for an entry that names no order:
+				// drop it loudly rather than block the stream behind it.
+				b.s.log.Error("malformed stream entry dropped", "id", m.ID, "err", err)
+				w.metrics.Malformed.Inc()
+				continue
+			}
+			if b.counts[m.ID] > w.cfg.MaxDeliveries {
+				poison = append(poison, req)
+			} else {
+				apply = append(apply, req)
+			}
 		}
 	}
 
@@ -827,7 +926,7 @@ func (w *Worker) process(ctx context.Context, activityID int64, msgs []redis.XMe
 	if len(apply) > 0 {
 		out, err := w.applyOrIsolate(work, apply, log)
 		if err != nil {
-			log.Warn("batch left pending", "entries", len(msgs), "err", err)
+			log.Warn("batch left pending", "entries", entries, "err", err)
 			return err
 		}
 		outcomes = append(outcomes, out...)
@@ -838,7 +937,7 @@ func (w *Worker) process(ctx context.Context, activityID int64, msgs []redis.XMe
 			return w.store.FailOrders(ctx, poison, seckill.ReasonPoison)
 		})
 		if err != nil {
-			log.Warn("batch left pending", "entries", len(msgs), "err", err)
+			log.Warn("batch left pending", "entries", entries, "err", err)
 			return err
 		}
 		outcomes = append(outcomes, out...)
@@ -847,44 +946,73 @@ func (w *Worker) process(ctx context.Context, activityID int64, msgs []redis.XMe
 	if w.crashAt != nil && w.crashAt("committed") {
 		return errCrashed
 	}
+	// The Redis steps are bounded (see redisPatience): a dead node's batch
+	// must not hold up the others'.
+	rctx, rcancel := context.WithTimeout(work, redisPatience)
+	defer rcancel()
 	for i, o := range outcomes {
 		r := reqs[i]
 		if o.Status != seckill.OrderFailed {
 			continue
 		}
-		_, err := retry(work, log, func(ctx context.Context) (bool, error) {
+		_, err := retry(rctx, log, func(ctx context.Context) (bool, error) {
 			return w.engine.Compensate(ctx, r.ActivityID, r.UserID, r.OrderID, o.ExistingOrderID)
 		})
 		if err != nil {
 			log.Warn("compensation pending", "order", r.OrderID, "err", err)
+			for i := range job {
+				job[i].redisFailed = job[i].redisFailed || job[i].s.a.ID == r.ActivityID
+			}
 			return err
 		}
 	}
-	acked, err := retry(work, log, func(ctx context.Context) (int64, error) {
-		return w.rdb.XAck(ctx, w.engine.Keys(activityID).Orders, stock.Group, ids...).Result()
+	// Each stream's acknowledgement stands alone: a dead node's leaves
+	// the others done.
+	acked := make([]int64, len(job))
+	_, err := retry(rctx, log, func(ctx context.Context) (struct{}, error) {
+		pipe := w.rdb.Pipeline()
+		cmds := make([]*redis.IntCmd, len(job))
+		for i := range job {
+			if !job[i].acked {
+				cmds[i] = pipe.XAck(ctx, job[i].s.key, stock.Group, ids[i]...)
+			}
+		}
+		_, err := pipe.Exec(ctx)
+		for i, c := range cmds {
+			if c != nil && c.Err() == nil {
+				job[i].acked, acked[i] = true, c.Val()
+			}
+		}
+		return struct{}{}, err
 	})
 	if err != nil {
-		log.Warn("ack failed; entries will be redelivered (harmless)", "err", err)
+		log.Warn("ack failed: the entries stay pending, written again once redis answers (harmless)", "err", err)
+		for i := range job {
+			job[i].redisFailed = !job[i].acked
+		}
 		return err
 	}
-	if acked < int64(len(ids)) {
-		// Some entries were no longer pending: another worker finished them
-		// (harmless), or Redis lost the stream, and perhaps rebuilt the
-		// activity from a snapshot taken before this commit.
-		w.reconcile(work, activityID, reqs, outcomes, log)
+	for i, b := range job {
+		if acked[i] < int64(len(ids[i])) {
+			// Some entries were no longer pending: another worker
+			// finished them (harmless), or Redis lost the stream, and
+			// perhaps rebuilt the activity from a snapshot taken before
+			// this commit.
+			w.reconcile(work, b.s.a.ID, reqs, outcomes, b.s.log)
+		}
 	}
 	w.metrics.observe(outcomes, time.Since(began))
-	log.Debug("batch written", "entries", len(msgs), "took", time.Since(began))
+	log.Debug("batch written", "entries", entries, "took", time.Since(began))
 	return nil
 }
 
-// reconcile tells Redis about the batch's confirmed orders that it may not
-// know (stock.Engine.Reconcile), waiting for the activity to be loaded
-// again if Redis lost it.
+// reconcile tells Redis about the batch's confirmed orders of the activity
+// that it may not know (stock.Engine.Reconcile), waiting for the activity
+// to be loaded again if Redis lost it.
 func (w *Worker) reconcile(ctx context.Context, activityID int64, reqs []seckill.OrderRequest, outcomes []seckill.Outcome, log *slog.Logger) {
 	var confirmed []seckill.Buyer
 	for i, o := range outcomes {
-		if o.Status == seckill.OrderConfirmed {
+		if o.Status == seckill.OrderConfirmed && reqs[i].ActivityID == activityID {
 			confirmed = append(confirmed, seckill.Buyer{UserID: reqs[i].UserID, OrderID: reqs[i].OrderID})
 		}
 	}
@@ -910,10 +1038,12 @@ func (w *Worker) reconcile(ctx context.Context, activityID int64, reqs []seckill
 // waits for the database: XCLAIM with JUSTID resets their idle time without
 // counting a delivery, so no other worker claims them and a long database
 // outage does not turn good orders into poison.
-func (w *Worker) heartbeat(ctx context.Context, activityID int64, msgs []redis.XMessage) (stop func()) {
-	ids := make([]string, len(msgs))
-	for i, m := range msgs {
-		ids[i] = m.ID
+func (w *Worker) heartbeat(ctx context.Context, job []batch) (stop func()) {
+	ids := make([][]string, len(job))
+	for i, b := range job {
+		for _, m := range b.msgs {
+			ids[i] = append(ids[i], m.ID)
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -926,9 +1056,12 @@ func (w *Worker) heartbeat(ctx context.Context, activityID int64, msgs []redis.X
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				err := w.rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: w.engine.Keys(activityID).Orders,
-					Group: stock.Group, Consumer: w.cfg.Consumer, Messages: ids}).Err()
-				if err != nil && ctx.Err() == nil {
+				pipe := w.rdb.Pipeline()
+				for i, b := range job {
+					pipe.XClaimJustID(ctx, &redis.XClaimArgs{Stream: b.s.key, Group: stock.Group,
+						Consumer: w.cfg.Consumer, Messages: ids[i]})
+				}
+				if _, err := pipe.Exec(ctx); err != nil && ctx.Err() == nil {
 					w.log.Warn("heartbeat on entries in hand", "err", err)
 				}
 			}
