@@ -32,7 +32,9 @@ func TestClassify(t *testing.T) {
 		{404, `{"error":{"code":"not_found"}}`, outNotFound, 0},
 		{400, `{"error":{"code":"invalid_argument"}}`, outInvalid, 0},
 		{503, `{"error":{"code":"unavailable"}}`, outUnavailable, 0},
-		{503, ``, outUnavailable, 0},
+		{503, ``, outOther, 0}, // a proxy's 503 says nothing of what happened
+		{504, `{"error":{"code":"outcome_unknown"}}`, outUnknown, 0},
+		{504, ``, outOther, 0},
 		{500, `{"error":{"code":"internal"}}`, outOther, 0},
 	} {
 		got, order := classify(c.status, []byte(c.body))

@@ -295,7 +295,8 @@ const (
 	outEnded
 	outNotFound
 	outInvalid
-	outUnavailable
+	outUnavailable // 503 unavailable: the service says nothing happened
+	outUnknown     // 504 outcome_unknown: it may have happened
 	outOther
 	outError
 	outTimeout
@@ -304,10 +305,12 @@ const (
 
 // definite reports whether o is an answer that settles what happened to
 // the user's click; after any other outcome the service may or may not
-// hold an order for the user.
+// hold an order for the user. A 503 unavailable is the service's word
+// that nothing happened: a user told only that who holds an order was
+// told a lie (the checker's phantom orders).
 func (o outcome) definite() bool {
 	switch o {
-	case outAccepted, outAlready, outSoldOut, outNotStarted, outEnded, outNotFound, outInvalid:
+	case outAccepted, outAlready, outSoldOut, outNotStarted, outEnded, outNotFound, outInvalid, outUnavailable:
 		return true
 	}
 	return false

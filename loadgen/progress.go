@@ -41,7 +41,7 @@ func (r *run) snapshot() Progress {
 		Already:  c[outAlready].Load(),
 		SoldOut:  c[outSoldOut].Load(),
 		Rejected: c[outNotStarted].Load() + c[outEnded].Load() + c[outNotFound].Load() + c[outInvalid].Load(),
-		Failed:   c[outUnavailable].Load() + c[outOther].Load() + c[outError].Load() + c[outTimeout].Load(),
+		Failed:   c[outUnavailable].Load() + c[outUnknown].Load() + c[outOther].Load() + c[outError].Load() + c[outTimeout].Load(),
 	}
 }
 

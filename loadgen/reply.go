@@ -30,8 +30,10 @@ func classify(status int, body []byte) (outcome, int64) {
 		return outNotFound, 0
 	case status == 400:
 		return outInvalid, 0
-	case status == 503:
+	case status == 503 && bytes.Equal(code, codeUnavailable):
 		return outUnavailable, 0
+	case status == 504 && bytes.Equal(code, codeUnknown):
+		return outUnknown, 0
 	}
 	return outOther, 0
 }
@@ -42,6 +44,9 @@ var (
 	codeSoldOut    = []byte("sold_out")
 	codeNotStarted = []byte("not_started")
 	codeEnded      = []byte("ended")
+	// A 503 without the code (a proxy's, say) promises nothing.
+	codeUnavailable = []byte("unavailable")
+	codeUnknown     = []byte("outcome_unknown")
 )
 
 // orderID returns the positive int64 in the body's "order_id" string.

@@ -72,7 +72,8 @@ type Counts struct {
 	Ended       int64 `json:"ended"`       // 403 ended
 	NotFound    int64 `json:"not_found"`   // 404
 	Invalid     int64 `json:"invalid"`     // 400
-	Unavailable int64 `json:"unavailable"` // 503
+	Unavailable int64 `json:"unavailable"` // 503 unavailable: surely not done
+	Unknown     int64 `json:"unknown"`     // 504 outcome_unknown: maybe done; the next grab tells
 	Other       int64 `json:"other"`       // any other status, or a 200/202 without an order id
 	Errors      int64 `json:"errors"`      // transport errors (refused, reset, cancelled)
 	Timeouts    int64 `json:"timeouts"`    // no response headers within Config.Timeout
@@ -81,7 +82,7 @@ type Counts struct {
 // Total is the sum of all counts.
 func (c Counts) Total() int64 {
 	return c.Accepted + c.Already + c.SoldOut + c.NotStarted + c.Ended + c.NotFound +
-		c.Invalid + c.Unavailable + c.Other + c.Errors + c.Timeouts
+		c.Invalid + c.Unavailable + c.Unknown + c.Other + c.Errors + c.Timeouts
 }
 
 // Latency summarises the latency histogram.
@@ -131,7 +132,7 @@ func (r *run) report(elapsed time.Duration, workers []*worker) *Report {
 	rep.Counts = Counts{
 		Accepted: c[outAccepted].Load(), Already: c[outAlready].Load(), SoldOut: c[outSoldOut].Load(),
 		NotStarted: c[outNotStarted].Load(), Ended: c[outEnded].Load(), NotFound: c[outNotFound].Load(),
-		Invalid: c[outInvalid].Load(), Unavailable: c[outUnavailable].Load(), Other: c[outOther].Load(),
+		Invalid: c[outInvalid].Load(), Unavailable: c[outUnavailable].Load(), Unknown: c[outUnknown].Load(), Other: c[outOther].Load(),
 		Errors: c[outError].Load(), Timeouts: c[outTimeout].Load(),
 	}
 	for s := range r.status {
@@ -223,7 +224,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}{
 		{"  accepted (202)", c.Accepted}, {"  already (200)", c.Already}, {"  sold out (409)", c.SoldOut},
 		{"  not started (403)", c.NotStarted}, {"  ended (403)", c.Ended}, {"  not found (404)", c.NotFound},
-		{"  invalid (400)", c.Invalid}, {"  unavailable (503)", c.Unavailable}, {"  other", c.Other},
+		{"  invalid (400)", c.Invalid}, {"  unavailable (503)", c.Unavailable}, {"  outcome unknown (504)", c.Unknown}, {"  other", c.Other},
 		{"  transport errors", c.Errors}, {"  timeouts", c.Timeouts},
 	} {
 		if kv.v > 0 || kv.k == "  accepted (202)" {

@@ -363,8 +363,8 @@ func measurePair(ctx context.Context, name string, target float64, cfg loadgen.C
 	if err != nil {
 		return scenario{}, err
 	}
-	if g.Counts.Other+g.Counts.Errors+g.Counts.Timeouts+g.Counts.Unavailable > 0 {
-		say("%s: %d requests failed: %v", name, g.Counts.Other+g.Counts.Errors+g.Counts.Timeouts+g.Counts.Unavailable, g.Samples)
+	if failed := g.Counts.Other + g.Counts.Errors + g.Counts.Timeouts + g.Counts.Unavailable + g.Counts.Unknown; failed > 0 {
+		say("%s: %d requests failed: %v", name, failed, g.Samples)
 	}
 	return scenario{Name: name, Grab: g, Baseline: b, Ratio: loadgen.Ratio(g, b), Target: target}, nil
 }

@@ -182,6 +182,7 @@ func addCounts(sum *loadgen.Counts, c loadgen.Counts) {
 	sum.NotFound += c.NotFound
 	sum.Invalid += c.Invalid
 	sum.Unavailable += c.Unavailable
+	sum.Unknown += c.Unknown
 	sum.Other += c.Other
 	sum.Errors += c.Errors
 	sum.Timeouts += c.Timeouts
@@ -219,7 +220,7 @@ func (r *CrowdResult) WriteTable(w io.Writer) error {
 	}{
 		{"  accepted (202)", c.Accepted}, {"  already (200)", c.Already}, {"  sold out (409)", c.SoldOut},
 		{"  not started/ended (403)", c.NotStarted + c.Ended}, {"  not found (404)", c.NotFound},
-		{"  invalid (400)", c.Invalid}, {"  unavailable (503)", c.Unavailable}, {"  other replies", c.Other},
+		{"  invalid (400)", c.Invalid}, {"  unavailable (503)", c.Unavailable}, {"  outcome unknown (504)", c.Unknown}, {"  other replies", c.Other},
 		{"  transport errors", c.Errors}, {"  timeouts", c.Timeouts},
 	} {
 		if kv.v > 0 || kv.k == "  accepted (202)" {
