@@ -92,6 +92,11 @@ type envOptions struct {
 	stock         int64
 	// redis is a redis-server of the test's own; nil: the shared Redis.
 	redis *testenv.RedisServer
+	// redisURL, if set, is the Redis of the processes and the checker
+	// instead: a redis+cluster:// or redis+sentinel:// URL.
+	redisURL string
+	// apiArgs are more flags of the API instances.
+	apiArgs []string
 	// procRedis and procDB, if set, are the addresses (host:port) through
 	// which the processes reach Redis and PostgreSQL: a proxy.
 	procRedis, procDB func(direct string) string
@@ -121,6 +126,10 @@ func newEnv(t *testing.T, o envOptions) *env {
 		dbURL = testenv.PostgresURL(t)
 	}
 	procRedis, procDB := "redis://"+redisAddr, dbURL
+	checkRedis := procRedis
+	if o.redisURL != "" {
+		procRedis, checkRedis = o.redisURL, o.redisURL
+	}
 	if o.procRedis != nil {
 		procRedis = "redis://" + o.procRedis(redisAddr)
 	}
@@ -146,7 +155,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e := &env{t: t, ctx: ctx, prefix: testenv.Prefix(t), stock: o.stock, began: time.Now()}
 	c, err := cluster.New(cluster.Config{
 		Binary: bin, RedisURL: procRedis, WorkerRedisURL: workerRedis, DBURL: procDB, Prefix: e.prefix,
-		ClaimIdle: time.Second, Batch: 20,
+		ClaimIdle: time.Second, Batch: 20, APIArgs: o.apiArgs,
 		Log: func(name, line string) { t.Logf("%7.3fs %s: %s", time.Since(e.began).Seconds(), name, line) },
 	})
 	if err != nil {
@@ -164,7 +173,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 			t.Fatal(err)
 		}
 	}
-	if e.chk, err = cluster.OpenChecker(ctx, "redis://"+redisAddr, dbURL, e.prefix); err != nil {
+	if e.chk, err = cluster.OpenChecker(ctx, checkRedis, dbURL, e.prefix); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.chk.Close() })

@@ -35,6 +35,8 @@ type Config struct {
 	ClaimIdle time.Duration
 	// Batch is the workers' --batch. Default 20.
 	Batch int
+	// APIArgs are more flags of every API instance (e.g. --ack-replicas).
+	APIArgs []string
 	// LogLevel is the processes' --log-level. Default "warn".
 	LogLevel string
 	// Log receives every line a process writes, with its name; nil drops them.
@@ -147,6 +149,7 @@ func (c *Cluster) RestartAPI(ctx context.Context, a *API) error {
 		p.Kill()
 	}
 	args := append([]string{"serve", "--no-worker", "--listen", a.Addr, "--admin-token", c.cfg.AdminToken}, c.common(c.cfg.RedisURL)...)
+	args = append(args, c.cfg.APIArgs...)
 	p, err := Start(c.cfg.Binary, a.Name, args, c.cfg.Log)
 	if err != nil {
 		return err
