@@ -23,8 +23,9 @@ import (
 // The dashboard in a real browser (headless Chromium), during a real sale
 // on serve with Redis and PostgreSQL: the page follows the stock from 100
 // down to 0, counts 100 accepted grabs, and the admin view, whose form
-// created the sale, shows the checker's verdict. A screenshot is left in
-// the temporary directory.
+// created the sale, shows the checker's verdict. The screenshot, Chromium's
+// profile and its temporary files all live in the test's own directories,
+// removed at its end (see chromiumDirs).
 func TestDashboardInBrowser(t *testing.T) {
 	testenv.NeedBinary(t, "chromium") // Debian: apt-get install chromium
 	redisURL := "redis://" + testenv.RedisAddr(t)
@@ -40,8 +41,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	in := startServe(t, backend{name: "postgres", redisURL: redisURL, dbURL: testenv.PostgresURL(t)},
 		testenv.Prefix(t), "--compare-results="+results)
 
+	profile, tmp := chromiumDirs(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.WindowSize(1400, 1800),
-		chromedp.Flag("disable-dev-shm-usage", true))
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(profile), chromedp.Env("TMPDIR="+tmp))
 	if os.Geteuid() == 0 {
 		opts = append(opts, chromedp.NoSandbox) // Chromium refuses root without it
 	}
@@ -49,6 +52,16 @@ func TestDashboardInBrowser(t *testing.T) {
 	defer stopAlloc()
 	bctx, stopBrowser := chromedp.NewContext(actx)
 	defer stopBrowser()
+	// The browser closes gracefully first (it removes its own singleton
+	// files then), before the deferred cancels kill what is left, and
+	// before chromiumDirs' cleanup removes its directories.
+	defer func() {
+		ctx, cancel := context.WithTimeout(bctx, 20*time.Second)
+		defer cancel()
+		if err := chromedp.Cancel(ctx); err != nil {
+			t.Logf("close chromium: %v", err)
+		}
+	}()
 	var mu sync.Mutex
 	var jsErrors []string
 	// Listen starts the browser, on a context without a timeout: the
@@ -152,11 +165,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}
-	path := filepath.Join(os.TempDir(), "seckill-dashboard.png") // the latest run's
+	path := filepath.Join(t.TempDir(), "seckill-dashboard.png") // removed with the test's directory: -v logs where
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("screenshot: %s", path)
+	t.Logf("screenshot: %s (%d bytes)", path, len(png))
 	mu.Lock()
 	defer mu.Unlock()
 	if len(jsErrors) > 0 {
@@ -182,4 +195,42 @@ func TestServeDrainsWithOpenDashboard(t *testing.T) {
 	if err != nil || first != "retry: 2000\n" {
 		t.Fatalf("stream began with %q, %v", first, err)
 	}
+}
+
+// chromiumDirs returns Chromium's profile (--user-data-dir) and the TMPDIR
+// of its processes, in a directory of the test's own: Chromium leaves
+// org.chromium.Chromium.* directories (its singleton socket) and, with
+// --disable-dev-shm-usage, .org.chromium.Chromium.* shared-memory files in
+// its TMPDIR, and a profile in the system's temporary directory unless
+// given one. A cleanup, which runs after the test's deferred calls stopped
+// the browser, removes the directory (retrying while a child process of
+// Chromium that outlived it still writes there) and fails the test if it
+// cannot.
+func chromiumDirs(t *testing.T) (profile, tmp string) {
+	t.Helper()
+	dir := t.TempDir()
+	profile, tmp = filepath.Join(dir, "profile"), filepath.Join(dir, "tmp")
+	for _, d := range []string{profile, tmp} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if left, _ := filepath.Glob(filepath.Join(tmp, "*org.chromium.Chromium.*")); len(left) > 0 {
+			t.Logf("chromium left %d files in its TMPDIR, removed now: %v", len(left), left)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			err := os.RemoveAll(dir)
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("chromium's directories stay: %v", err)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	return profile, tmp
 }
