@@ -137,9 +137,10 @@ func (g *guardFlags) check() error {
 	case g.identity == "header" && jwtSet:
 		return usagef("--jwt-secret, --jwt-jwks, --jwt-audience and --jwt-issuer need --identity jwt")
 	case g.identity == "jwt" && g.jwtSecret == "" && g.jwtJWKS == "":
-		return usagef("--identity jwt needs --jwt-secret or --jwt-jwks")
+		return usagef("--identity jwt needs --jwt-secret (or %s) or --jwt-jwks", envName("jwt-secret"))
 	case g.jwtSecret != "" && len(g.jwtSecret) < auth.MinSecretLen:
-		return usagef("--jwt-secret: %d bytes is too short for HS256, want at least %d", len(g.jwtSecret), auth.MinSecretLen)
+		return usagef("the secret of --jwt-secret or %s is %d bytes, too short for HS256: want at least %d",
+			envName("jwt-secret"), len(g.jwtSecret), auth.MinSecretLen)
 	case g.userRate < 0 || g.userRate > 1e6:
 		return usagef("--user-rate: %v is not between 0 and 1000000", g.userRate)
 	case g.ipRate < 0 || g.ipRate > 1e6:

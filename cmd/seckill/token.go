@@ -17,7 +17,7 @@ func tokenCmd(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	var s auth.Signer
 	var secret string
 	fs := newFlagSet("token", stderr)
-	fs.StringVar(&secret, "jwt-secret", "", "the service's HS256 secret (at least 32 bytes)")
+	fs.StringVar(&secret, "jwt-secret", "", "the service's HS256 secret, at least 32 bytes (prefer the environment twin to the command line, which ps shows)")
 	user := fs.Int64("user", 1, "the user id of the (first) token")
 	count := fs.Int("count", 1, "tokens to print, one per line: users --user, --user+1, ...")
 	fs.DurationVar(&s.TTL, "ttl", time.Hour, "how long the tokens are valid")
@@ -28,8 +28,12 @@ func tokenCmd(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	switch {
+	case secret == "":
+		return usagef("no secret: pass --jwt-secret or set %s to the service's HS256 secret (at least %d bytes)",
+			envName("jwt-secret"), auth.MinSecretLen)
 	case len(secret) < auth.MinSecretLen:
-		return usagef("--jwt-secret: %d bytes, want at least %d", len(secret), auth.MinSecretLen)
+		return usagef("the secret of --jwt-secret or %s is %d bytes, too short for HS256: want at least %d",
+			envName("jwt-secret"), len(secret), auth.MinSecretLen)
 	case *user < 1:
 		return usagef("--user: %d is not a positive user id", *user)
 	case *count < 1 || *count > 10_000_000:
