@@ -5,6 +5,7 @@
 //	seckill demo     a whole sale on embedded defaults, verified
 //	seckill bench    a load generator that verifies
 //	seckill token    bearer tokens for a service that verifies them
+//	seckill version  the version and VCS revision of this binary
 package main
 
 import (
@@ -28,6 +29,8 @@ commands:
            handler, measured with wrk when it is installed), --compare
   soak     a long run across API and worker processes with kills and pauses, verified
   token    mint bearer tokens (HS256) for a service run with --identity jwt
+  version  print the version, VCS revision and Go version of this binary
+           (also: seckill --version)
   help     show this text
 
 Run "seckill <command> -h" for a command's flags. Every flag has an
@@ -64,6 +67,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = baselineServerCmd(ctx, args[1:], stdout, stderr)
 	case "worker":
 		err = workerCmd(ctx, args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		err = versionCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
