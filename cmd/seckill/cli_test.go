@@ -2,8 +2,13 @@ package main
 
 import (
 	"context"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/seckilldev/seckill/internal/testenv"
 )
 
 // runCLI runs a command line in this process, as main does, and returns
@@ -58,5 +63,89 @@ func TestTokenSecretMessage(t *testing.T) {
 	code, _, stderr = runCLI(t, context.Background(), "serve", "--identity", "jwt")
 	if code != 2 || !strings.Contains(stderr, "SECKILL_JWT_SECRET") {
 		t.Errorf("serve: exit %d, %q", code, stderr)
+	}
+}
+
+// deadAddr is a loopback address where nothing listens.
+func deadAddr(t *testing.T) string { return "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)) }
+
+// TestDialErrorOnce: a Redis or a database that does not answer at start
+// is reported once, by the command's own error line: not also by go-redis'
+// logger for each attempt (bench --compare, bench --drain, soak and the
+// checkers printed "redis: ... pool.go: failed to dial after 5 attempts"
+// several times first), nor twice within the error (pgx's TLS and plain
+// attempts of sslmode=prefer, one line each).
+func TestDialErrorOnce(t *testing.T) {
+	redis, dead := redisURL(t), deadAddr(t)
+	lite := func() string { return "sqlite://" + filepath.Join(t.TempDir(), "x.db") }
+	for _, args := range [][]string{
+		{"serve", "--listen", "127.0.0.1:0", "--redis", "redis://" + dead, "--db", lite()},
+		{"serve", "--listen", "127.0.0.1:0", "--redis", redis, "--db", "postgres://postgres@" + dead + "/test"},
+		{"serve", "--listen", "127.0.0.1:0", "--redis", redis, "--db", "mysql://root@" + dead + "/test"},
+		{"worker", "--redis", "redis://" + dead, "--db", lite()},
+		{"worker", "--redis", redis, "--db", "postgres://postgres@" + dead + "/test"},
+		{"bench", "--compare", "--redis", "redis://" + dead, "--db", lite()},
+		{"bench", "--compare", "--redis", redis, "--db", "postgres://postgres@" + dead + "/test"},
+		{"bench", "--drain", "--redis", "redis://" + dead, "--db", lite()},
+		{"bench", "--drain", "--redis", redis, "--db", "postgres://postgres@" + dead + "/test"},
+	} {
+		code, _, stderr := runCLI(t, context.Background(), args...)
+		checkDialErrorOnce(t, args, code, stderr)
+	}
+	// go-redis' logger is one per process, and quiet once a command ran in
+	// it: a process of its own tells whether run quiets it before any.
+	if testing.Short() {
+		return
+	}
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"bench", "--drain", "--redis", "redis://" + dead, "--db", lite()},
+		{"bench", "--compare", "--redis", "redis://" + dead, "--db", lite()},
+	} {
+		var stderr strings.Builder
+		cmd := exec.Command(bin, args...)
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		code := 0
+		if err != nil {
+			code = -1
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+		}
+		checkDialErrorOnce(t, args, code, stderr.String())
+	}
+}
+
+func checkDialErrorOnce(t *testing.T, args []string, code int, stderr string) {
+	t.Helper()
+	if code == 0 {
+		t.Errorf("%v: exit 0", args)
+		return
+	}
+	if n := strings.Count(stderr, "connection refused"); n != 1 {
+		t.Errorf("%v: the dial error %d times, want once:\n%s", args, n, stderr)
+	}
+	if strings.Contains(stderr, "pool.go") || strings.Contains(stderr, "failed to dial after") {
+		t.Errorf("%v: go-redis' own log reached stderr:\n%s", args, stderr)
+	}
+	if lines := strings.Split(strings.TrimSpace(stderr), "\n"); !strings.HasPrefix(lines[0], "seckill "+args[0]+": ") {
+		t.Errorf("%v: the error is not the first line:\n%s", args, stderr)
+	}
+}
+
+func TestWithoutRepeats(t *testing.T) {
+	for in, want := range map[string]string{
+		"one line":               "one line",
+		"a:\n\tx\n\tx":           "a:\n\tx",
+		"a:\n\tx\n\ty\n\tx\n\ty": "a:\n\tx\n\ty",
+		"a\n\nb\n\nc":            "a\n\nb\n\nc", // blank lines stay
+	} {
+		if got := withoutRepeats(in); got != want {
+			t.Errorf("withoutRepeats(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

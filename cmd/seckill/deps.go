@@ -43,14 +43,21 @@ func (b *backendFlags) register(fs flagSet, defaultDB string) {
 // redisLogger sends go-redis' own messages (pool dial failures and the
 // like) to the process log at debug level: the errors that matter reach
 // the caller anyway. go-redis has one logger per process, read from any
-// goroutine: it is set once, and each connect points it at its own log
-// through redisLog (the last one wins; there is one outside tests).
+// goroutine: run sets it once (quietRedis), before any command, so that
+// none prints go-redis' lines on stderr (its default logger did, for each
+// attempt at a Redis that does not answer, before the command printed the
+// same dial error as its own), and each connect points it at its own log
+// through redisLog (the last one wins; there is one outside tests). Until
+// then, and in the commands that have no log, the messages are dropped.
 type redisLogger struct{}
 
 var (
 	redisLog       atomic.Pointer[slog.Logger]
 	setRedisLogger sync.Once
 )
+
+// quietRedis puts redisLogger in place of go-redis' default logger.
+func quietRedis() { setRedisLogger.Do(func() { redis.SetLogger(redisLogger{}) }) }
 
 func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	if l := redisLog.Load(); l != nil {
@@ -72,7 +79,7 @@ func (b *backendFlags) open(ctx context.Context, log *slog.Logger) (*backends, e
 
 func (b *backendFlags) connect(ctx context.Context, log *slog.Logger) (*backends, error) {
 	redisLog.Store(log)
-	setRedisLogger.Do(func() { redis.SetLogger(redisLogger{}) })
+	quietRedis()
 	if b.prefix == "" || strings.ContainsAny(b.prefix, "{} \t\r\n") {
 		return nil, usagef("--redis-prefix: %q must be non-empty, without braces or spaces", b.prefix)
 	}

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -51,6 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	quietRedis()
 	var err error
 	switch args[0] {
 	case "serve":
@@ -81,12 +83,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "seckill %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "seckill %s: %s\n", args[0], withoutRepeats(err.Error()))
 		return 2
 	default:
-		fmt.Fprintf(stderr, "seckill %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "seckill %s: %s\n", args[0], withoutRepeats(err.Error()))
 		return 1
 	}
+}
+
+// withoutRepeats drops the lines of an error's text that an earlier line
+// already said. pgx lists each connection attempt on a line of its own,
+// and with sslmode=prefer (the default) a PostgreSQL that does not answer
+// fails the TLS attempt and the plain one alike: the same dial error
+// twice, for one address.
+func withoutRepeats(text string) string {
+	lines := strings.Split(text, "\n")
+	seen := make(map[string]bool, len(lines))
+	out := lines[:0]
+	for _, l := range lines {
+		if strings.TrimSpace(l) != "" && seen[l] {
+			continue
+		}
+		seen[l] = true
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
 }
 
 // usageError is a bad command line.
