@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -118,6 +119,18 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case set["generator"] && !c.baseline:
 		return usagef("--generator chooses the load generator of --baseline")
 	}
+	// The URLs, before anything starts: the embedded Redis of --drain, the
+	// child service, or a run on --target that would verify on them only
+	// at its end.
+	if err := checkURLs(c.redisURL, c.dbURL); err != nil {
+		return err
+	}
+	if err := checkTarget(c.target); err != nil {
+		return err
+	}
+	if c.compare && c.redisURL != "" && !strings.HasPrefix(c.redisURL, "redis://") && !strings.HasPrefix(c.redisURL, "rediss://") {
+		return usagef("--redis: --compare runs on one Redis server: redis:// or rediss://, not a Cluster or Sentinel")
+	}
 	if c.baseline {
 		if err := c.pickGenerator(set); err != nil {
 			return err
@@ -136,6 +149,19 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runCompare(ctx, c, set, stdout, stderr)
 	}
 	return runBench(ctx, c, stdout, stderr)
+}
+
+// checkTarget refuses a --target that is not an http(s) URL of a host
+// ("": none).
+func checkTarget(target string) error {
+	if target == "" {
+		return nil
+	}
+	u, err := url.Parse(target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usagef("--target: %q is not a base URL such as http://127.0.0.1:8080", redactURL(target))
+	}
+	return nil
 }
 
 // benchResult is what `seckill bench --json` prints.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -147,5 +149,55 @@ func TestWithoutRepeats(t *testing.T) {
 		if got := withoutRepeats(in); got != want {
 			t.Errorf("withoutRepeats(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestValidateBeforeStart: serve, worker, demo, bench and soak refuse a bad
+// URL (or JWK Set) before they start anything: no embedded Redis (its
+// line), no listener (a taken --listen would be the error instead), no
+// SQLite directory or file, no child process.
+func TestValidateBeforeStart(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	busy := taken.Addr().String()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "no-such-dir")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--listen", busy, "--db", "bogus://x"}, `--db: store: unsupported database URL scheme "bogus"`},
+		{[]string{"serve", "--listen", busy, "--db", "sqlite://" + missing + "/x.db"}, "--db: sqlite: bad url"},
+		{[]string{"serve", "--listen", busy, "--db", "postgres://u:p@h:notaport/x"}, "--db: postgres: bad url"},
+		{[]string{"serve", "--listen", busy, "--db", "mysql://root@127.0.0.1:3306/"}, "--db: mysql: bad url"},
+		{[]string{"serve", "--listen", busy, "--redis", "redis://127.0.0.1:6379/notadb"}, "--redis: bad redis URL"},
+		{[]string{"serve", "--listen", busy, "--debug-listen", busy, "--redis", "ftp://x"}, "--redis: bad redis URL"},
+		{[]string{"serve", "--listen", busy, "--redis-prefix", "a{b}"}, "--redis-prefix"},
+		{[]string{"serve", "--listen", busy, "--identity", "jwt", "--jwt-jwks", filepath.Join(missing, "jwks.json")}, "--jwt-jwks"},
+		{[]string{"worker", "--metrics-listen", busy, "--redis", "redis://127.0.0.1:6379", "--db", "bogus://x"}, "--db: store"},
+		{[]string{"demo", "--db", "sqlite://" + missing + "/x.db"}, "--db: sqlite: bad url"},
+		{[]string{"demo", "--redis", "redis+sentinel://h:26379"}, "--redis: bad redis sentinel URL"},
+		{[]string{"bench", "--drain", "--db", "bogus://x"}, "--db: store"},
+		{[]string{"bench", "--db", "bogus://x"}, "--db: store"},
+		{[]string{"bench", "--target", "127.0.0.1:8080", "--activity", "1"}, "--target"},
+		{[]string{"bench", "--target", "http://" + busy, "--activity", "1", "--redis", "redis://h/x"}, "--redis: bad redis URL"},
+		{[]string{"bench", "--compare", "--redis", "redis+cluster://127.0.0.1:7000"}, "--redis: --compare runs on one Redis server"},
+		{[]string{"soak", "--redis", "redis://127.0.0.1:6379", "--db", "sqlite://" + missing + "/x.db"}, "--db: sqlite: bad url"},
+	} {
+		code, stdout, stderr := runCLI(t, context.Background(), tc.args...)
+		if code == 0 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, %q; want a failure and %q", tc.args, code, stderr, tc.want)
+		}
+		for _, started := range []string{"embedded redis started", "redis:    embedded", "the embedded Redis", "address already in use"} {
+			if strings.Contains(stderr+stdout, started) {
+				t.Errorf("%v: %q before the refusal:\n%s%s", tc.args, started, stdout, stderr)
+			}
+		}
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Errorf("%s: %v, want it never made", missing, err)
 	}
 }

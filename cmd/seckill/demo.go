@@ -83,6 +83,10 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case c.cancelShare < 0 || c.payShare+c.cancelShare > 1:
 		return usagef("--cancel: %v is not between 0 and 1 - --pay", c.cancelShare)
 	}
+	// Before the embedded Redis or the SQLite directory of the defaults.
+	if err := checkURLs(c.redisURL, c.dbURL); err != nil {
+		return err
+	}
 	return runDemo(ctx, c, stdout, stderr)
 }
 

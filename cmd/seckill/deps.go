@@ -77,12 +77,19 @@ func (b *backendFlags) open(ctx context.Context, log *slog.Logger) (*backends, e
 	return bk, (secrets{}).add(b.secrets()...).err(err)
 }
 
+// check refuses a bad --redis-prefix and the URLs that stock.Dial or
+// store.Open would refuse, before the command starts anything.
+func (b *backendFlags) check() error {
+	if b.prefix == "" || strings.ContainsAny(b.prefix, "{} \t\r\n") {
+		return usagef("--redis-prefix: %q must be non-empty, without braces or spaces", b.prefix)
+	}
+	return checkURLs(b.redisURL, b.dbURL)
+}
+
+// connect opens what b names; b.check said yes to it.
 func (b *backendFlags) connect(ctx context.Context, log *slog.Logger) (*backends, error) {
 	redisLog.Store(log)
 	quietRedis()
-	if b.prefix == "" || strings.ContainsAny(b.prefix, "{} \t\r\n") {
-		return nil, usagef("--redis-prefix: %q must be non-empty, without braces or spaces", b.prefix)
-	}
 	bk := &backends{}
 	var err error
 	if b.redisURL == "" {

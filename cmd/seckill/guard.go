@@ -198,30 +198,40 @@ func (g *guardFlags) secrets(adminToken string) []string {
 	return append([]string{g.jwtSecret, adminToken}, urlSecrets(g.jwtJWKS)...)
 }
 
-// apiOptions builds the API's identity, limits and blocklist. The
-// blocklist needs Run for its changes to reach this instance. ctx bounds
-// the JWK Set's refreshes.
-func (g *guardFlags) apiOptions(ctx context.Context, bk *backends, prefix string, log *slog.Logger) ([]httpapi.Option, *limit.Blocklist, error) {
+// verifier returns the API's bearer-token option with --identity jwt (the
+// JWK Set read, from its file or URL), nil without. ctx bounds the JWK
+// Set's refreshes.
+func (g *guardFlags) verifier(ctx context.Context, log *slog.Logger) (httpapi.Option, error) {
+	if g.identity != "jwt" {
+		return nil, nil
+	}
+	cfg := auth.Config{JWKS: g.jwtJWKS, UserClaim: g.jwtClaim, Audience: g.jwtAudience, Issuer: g.jwtIssuer,
+		Leeway: g.jwtLeeway, Log: log}
+	if g.jwtLeeway == 0 {
+		cfg.Leeway = auth.NoLeeway
+	}
+	if g.jwtSecret != "" {
+		cfg.Secret = []byte(g.jwtSecret)
+	}
+	v, err := auth.New(ctx, cfg)
+	if err != nil {
+		// The error quotes the URL, credentials included.
+		return nil, (secrets{}).add(urlSecrets(g.jwtJWKS)...).err(fmt.Errorf("--jwt-jwks: %w", err))
+	}
+	return httpapi.WithVerifier(v), nil
+}
+
+// apiOptions builds the API's identity (verifier, nil: X-User-ID), limits
+// and blocklist. The blocklist needs Run for its changes to reach this
+// instance; ctx bounds its first load.
+func (g *guardFlags) apiOptions(ctx context.Context, bk *backends, prefix string, log *slog.Logger, verifier httpapi.Option) ([]httpapi.Option, *limit.Blocklist) {
 	proxies, _ := g.trustedProxies() // checked by check
 	opts := []httpapi.Option{
 		httpapi.WithLimits(httpapi.Limits{MaxBody: g.maxBody, MaxInFlight: int64(g.maxInFlight)}),
 		httpapi.WithTrustedProxies(proxies),
 	}
-	if g.identity == "jwt" {
-		cfg := auth.Config{JWKS: g.jwtJWKS, UserClaim: g.jwtClaim, Audience: g.jwtAudience, Issuer: g.jwtIssuer,
-			Leeway: g.jwtLeeway, Log: log}
-		if g.jwtLeeway == 0 {
-			cfg.Leeway = auth.NoLeeway
-		}
-		if g.jwtSecret != "" {
-			cfg.Secret = []byte(g.jwtSecret)
-		}
-		v, err := auth.New(ctx, cfg)
-		if err != nil {
-			// The error quotes the URL, credentials included.
-			return nil, nil, (secrets{}).add(urlSecrets(g.jwtJWKS)...).err(fmt.Errorf("--jwt-jwks: %w", err))
-		}
-		opts = append(opts, httpapi.WithVerifier(v))
+	if verifier != nil {
+		opts = append(opts, verifier)
 	}
 	users := limit.Rate{PerSecond: g.userRate, Burst: g.userBurst}
 	addrs := limit.Rate{PerSecond: g.ipRate, Burst: g.ipBurst}
@@ -247,7 +257,7 @@ func (g *guardFlags) apiOptions(ctx context.Context, bk *backends, prefix string
 		log.Warn("blocklist not read yet; it will be at the next poll", "err", err)
 	}
 	opts = append(opts, httpapi.WithBlocklist(bl))
-	return opts, bl, nil
+	return opts, bl
 }
 
 // server returns the HTTP server with the timeouts and bounds of g.

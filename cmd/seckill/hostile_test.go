@@ -893,7 +893,7 @@ func TestHostileSecretsRedacted(t *testing.T) {
 		switch args[0] {
 		case "--db":
 			full = append(full, "--redis", "redis://"+testenv.RedisAddr(t))
-		case "--identity": // the JWK Set is read once Redis and the database answer
+		case "--identity": // real backends: the JWK Set alone fails
 			full = append(full, "--redis", "redis://"+testenv.RedisAddr(t), "--db", testenv.PostgresURL(t))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

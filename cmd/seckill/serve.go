@@ -90,8 +90,13 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return runServe(ctx, c, stdout, stderr)
 }
 
+// runServe checks every flag and URL of c, then starts: the JWK Set is read,
+// the listeners open, then the embedded Redis, if any, and the backends.
 func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) error {
 	if err := c.guard.check(); err != nil {
+		return err
+	}
+	if err := c.backend.check(); err != nil {
 		return err
 	}
 	log, err := c.logs.logger(stderr, append(c.backend.secrets(), c.guard.secrets(c.adminToken)...)...)
@@ -119,6 +124,13 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 		_, _ = rand.Read(b)
 		c.adminToken = hex.EncodeToString(b)
 	}
+	guardCtx, stopGuard := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopGuard()
+	// The JWK Set, a file or a URL, is read before anything starts.
+	verifier, err := c.guard.verifier(guardCtx, log)
+	if err != nil {
+		return err
+	}
 	tcp, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return usagef("--listen: %v", err)
@@ -127,6 +139,13 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 	lazy := lazyconn.Listen(tcp, 0)
 	defer lazy.Close()
 	ln := &lingerListener{Listener: lazy, max: int64(c.guard.maxConns), refusal: httpapi.RawError(httpapi.TooManyConns())}
+	if c.debug != "" {
+		stopDebug, err := serveDebug(c.debug)
+		if err != nil {
+			return err
+		}
+		defer stopDebug()
+	}
 
 	bk, err := c.backend.open(ctx, log)
 	if err != nil {
@@ -146,12 +165,7 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 	if err := svc.WarmUp(ctx); err != nil {
 		log.Warn("warm-up incomplete; activities load on first grab", "err", err)
 	}
-	guardCtx, stopGuard := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopGuard()
-	apiOpts, blocklist, err := c.guard.apiOptions(guardCtx, bk, c.backend.prefix, log)
-	if err != nil {
-		return err
-	}
+	apiOpts, blocklist := c.guard.apiOptions(guardCtx, bk, c.backend.prefix, log, verifier)
 	api := httpapi.New(svc, c.adminToken, health(bk, (secrets{}).add(c.backend.secrets()...)), log, reg, reg, apiOpts...)
 	dash := newDashboard(c, bk, saleMetrics, api, log)
 	var dr drainer
@@ -184,14 +198,6 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 	runDashboard(ctx, bgCtx, &wg, dash)
 	if err := startExpiry(bgCtx, &wg, &c.expiry, ecfg, bk, locks, log, reg); err != nil {
 		return err
-	}
-
-	if c.debug != "" {
-		stopDebug, err := serveDebug(c.debug)
-		if err != nil {
-			return err
-		}
-		defer stopDebug()
 	}
 
 	serveErr := make(chan error, 1)

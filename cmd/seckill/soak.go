@@ -51,6 +51,9 @@ func soakCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case cfg.Workers < 1 || cfg.Workers > 16:
 		return usagef("--workers: %d is not between 1 and 16", cfg.Workers)
 	}
+	if err := checkURLs(cfg.RedisURL, cfg.DBURL); err != nil {
+		return err
+	}
 	for _, f := range strings.Split(faults, ",") {
 		if f = strings.TrimSpace(f); f != "" {
 			cfg.Faults = append(cfg.Faults, soak.Fault(f))

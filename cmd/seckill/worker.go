@@ -89,11 +89,9 @@ func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if backend.redisURL == "" {
 		return usagef("--redis: the worker needs the Redis of the API instances")
 	}
-	bk, err := backend.open(ctx, log)
-	if err != nil {
-		return stoppedEarly(ctx, log, err)
+	if err := backend.check(); err != nil {
+		return err
 	}
-	defer bk.close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if metrics != "" {
@@ -105,6 +103,11 @@ func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 	}
+	bk, err := backend.open(ctx, log)
+	if err != nil {
+		return stoppedEarly(ctx, log, err)
+	}
+	defer bk.close()
 	locks := newLocks(bk.rdb, backend.prefix, reg)
 	defer locks.Close()
 	// The expiry job ends before the backends it uses are closed.

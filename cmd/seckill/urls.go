@@ -1,0 +1,127 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckilldev/seckill/store"
+	"github.com/seckilldev/seckill/store/mysql"
+	"github.com/seckilldev/seckill/store/sqlite"
+)
+
+// The URLs of --redis and --db are checked before a command starts
+// anything (an embedded Redis, a SQLite file, a listener, a child process):
+// a bad one is refused before any of that, as a bad flag is. The checks
+// read the URL only, not whether its server answers.
+
+// checkRedisURL refuses what stock.Dial would refuse, without dialling, in
+// the same words (no message quotes a password), and what Dial would let
+// through but ignore: the query of a Sentinel URL (Dial reads neither a
+// ?db= nor anything else there) and the path of a Cluster URL (a Cluster
+// has database 0 alone).
+func checkRedisURL(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return errors.New("bad redis URL: it does not parse (characters such as @ / : # in a password must be percent-encoded)")
+	}
+	shown := redactURL(rawURL) // a password in the query too
+	switch u.Scheme {
+	case "redis", "rediss":
+		if _, err := redis.ParseURL(rawURL); err != nil {
+			return fmt.Errorf("bad redis URL %s: %s", shown, hidePassword(err, u))
+		}
+	case "redis+cluster", "rediss+cluster":
+		if _, err := redis.ParseClusterURL(strings.Replace(rawURL, "+cluster", "", 1)); err != nil {
+			return fmt.Errorf("bad redis cluster URL %s: %s", shown, hidePassword(err, u))
+		}
+		if strings.Trim(u.Path, "/") != "" {
+			return fmt.Errorf("bad redis cluster URL %s: a Cluster has database 0 alone: no /db path", shown)
+		}
+	case "redis+sentinel":
+		if strings.Trim(u.Path, "/") == "" || u.Host == "" {
+			return fmt.Errorf("bad redis sentinel URL %s: want redis+sentinel://host:port[,host:port]/mastername", shown)
+		}
+		if u.RawQuery != "" || u.ForceQuery {
+			return fmt.Errorf("bad redis sentinel URL %s: it takes no query parameters (its master's database is 0)", shown)
+		}
+	default:
+		return fmt.Errorf("bad redis URL %s: the scheme must be redis, rediss, redis+cluster, rediss+cluster or redis+sentinel", shown)
+	}
+	return nil
+}
+
+// hidePassword returns err's text without the URL's password.
+func hidePassword(err error, u *url.URL) string {
+	text := err.Error()
+	if pw, ok := u.User.Password(); ok && pw != "" {
+		text = strings.ReplaceAll(text, pw, "xxxxx")
+	}
+	return text
+}
+
+// checkDBURL refuses what store.Open would refuse before it connects, in
+// the engines' words, and a SQLite file whose directory does not exist
+// (SQLite creates the file, not its directory). A password as a query
+// parameter of a MySQL URL is refused too: the driver would send it to
+// the server as a session variable (SET password=...).
+func checkDBURL(rawURL string) error {
+	scheme, _, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return fmt.Errorf("store: database URL has no scheme: want %s", store.Schemes)
+	}
+	switch strings.ToLower(scheme) {
+	case "postgres", "postgresql":
+		if _, err := pgxpool.ParseConfig(rawURL); err != nil {
+			return fmt.Errorf("postgres: bad url: %w", err)
+		}
+	case "mysql":
+		if _, err := mysql.Config(rawURL); err != nil {
+			return err
+		}
+		if u, err := url.Parse(rawURL); err == nil {
+			for k := range u.Query() {
+				if strings.EqualFold(k, "password") {
+					return fmt.Errorf("mysql: bad url %s: a password goes in the user info (mysql://user:password@host/db), not in a %s parameter", redactURL(rawURL), k)
+				}
+			}
+		}
+	case "sqlite":
+		if _, err := sqlite.DSN(rawURL); err != nil {
+			return err
+		}
+		rest, _, _ := strings.Cut(strings.TrimPrefix(rawURL, "sqlite://"), "?")
+		path, _ := url.PathUnescape(rest) // DSN checked it
+		if path != ":memory:" {
+			if fi, err := os.Stat(filepath.Dir(path)); err != nil || !fi.IsDir() {
+				return fmt.Errorf("sqlite: bad url %s: the directory %s does not exist", rawURL, filepath.Dir(path))
+			}
+		}
+	default:
+		return fmt.Errorf("store: unsupported database URL scheme %q: want %s", scheme, store.Schemes)
+	}
+	return nil
+}
+
+// checkURLs checks the URLs that a command was given ("" is none), naming
+// the flag in its error, which is a usage error and hides the passwords.
+func checkURLs(redisURL, dbURL string) error {
+	var err error
+	if redisURL != "" {
+		if e := checkRedisURL(redisURL); e != nil {
+			err = usagef("--redis: %v", e)
+		}
+	}
+	if err == nil && dbURL != "" {
+		if e := checkDBURL(dbURL); e != nil {
+			err = usagef("--db: %v", e)
+		}
+	}
+	return (secrets{}).add(append(urlSecrets(redisURL), urlSecrets(dbURL)...)...).err(err)
+}
