@@ -191,10 +191,12 @@ func runBench(ctx context.Context, c benchConfig, stdout, stderr io.Writer) erro
 	if c.target == "" {
 		svc, err := startChildService(ctx, &c, stderr)
 		if err != nil {
-			return err
+			return notStarted(err)
 		}
 		defer svc.stop()
 		c.selfHosted = true
+	} else if err := probeTarget(ctx, c); err != nil {
+		return err
 	}
 	if c.baseline {
 		return runBaseline(ctx, c, stdout, stderr)
@@ -202,7 +204,7 @@ func runBench(ctx context.Context, c benchConfig, stdout, stderr io.Writer) erro
 	if c.activity == 0 {
 		id, err := createSale(ctx, c.target, c.adminToken, c.stock, time.Now().Add(time.Second), 0)
 		if err != nil {
-			return err
+			return notStarted(err)
 		}
 		c.activity = id
 		say("created activity %d with %d units, starting in 1s", id, c.stock)
@@ -253,6 +255,27 @@ func runBench(ctx context.Context, c benchConfig, stdout, stderr io.Writer) erro
 		return fmt.Errorf("no grab was accepted: the service refused the requests (%d of %d), see above", refused, n.Total())
 	}
 	return nil
+}
+
+// probeTarget checks, before a run on --target, that the service answers
+// HTTP (any status will do) and that --redis and --db, on which the run
+// is verified at its end, answer too. Its error is a startError.
+func probeTarget(ctx context.Context, c benchConfig) error {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(pctx, "GET", strings.TrimRight(c.target, "/")+"/healthz", nil)
+	if err != nil {
+		return usagef("--target: %v", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return notStarted(fmt.Errorf("--target: the service does not answer: %w", err))
+	}
+	resp.Body.Close()
+	if c.dbURL == "" {
+		return nil // no verification: --redis is not used
+	}
+	return probe(ctx, c.redisURL, c.dbURL)
 }
 
 // verify waits for the worker to drain, then checks the invariants.
@@ -310,7 +333,7 @@ func runBaseline(ctx context.Context, c benchConfig, stdout, stderr io.Writer) e
 	}
 	base, stopBase, err := startChild(ctx, stderr, nil, args...)
 	if err != nil {
-		return err
+		return notStarted(err)
 	}
 	defer stopBase()
 	if c.generator == generatorWrk {
@@ -484,22 +507,35 @@ func startChild(ctx context.Context, stderr io.Writer, env []string, args ...str
 		}
 	}
 	addr := make(chan string, 1)
+	exited := make(chan struct{}) // its stdout closed: it exited
 	go func() {
+		defer close(exited)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			if a, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
-				addr <- a
+				select {
+				case addr <- a:
+				default:
+				}
 			}
 		}
 	}()
+	why := "in 30s"
 	select {
 	case a := <-addr:
 		return "http://" + a, stop, nil
+	case <-exited:
+		// A child that could not start says why on stderr, which is
+		// ours: no need to wait 30 s to say it did not start.
+		stop()
+		why = "(" + cmd.ProcessState.String() + "; its error is above)"
 	case <-time.After(30 * time.Second):
+		stop()
 	case <-ctx.Done():
+		stop()
+		why = "(stopped)"
 	}
-	stop()
-	return "", nil, fmt.Errorf("%s did not start", args[0])
+	return "", nil, fmt.Errorf("%s did not start %s", args[0], why)
 }
 
 // baselineServerCmd is the trivial handler the bench measures against,

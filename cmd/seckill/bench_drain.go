@@ -108,7 +108,7 @@ func runDrain(ctx context.Context, c benchConfig, stdout, stderr io.Writer) erro
 		say("warning: no --redis: the embedded Redis is built for demos, not speed")
 		url, stop, err := startEmbeddedRedis()
 		if err != nil {
-			return err
+			return notStarted(err)
 		}
 		cleanup = append(cleanup, func() { _ = stop() })
 		c.redisURL = url
@@ -116,7 +116,7 @@ func runDrain(ctx context.Context, c benchConfig, stdout, stderr io.Writer) erro
 	if c.dbURL == "" {
 		dir, err := os.MkdirTemp("", "seckill-drain")
 		if err != nil {
-			return err
+			return notStarted(err)
 		}
 		cleanup = append(cleanup, func() { os.RemoveAll(dir) })
 		c.dbURL = "sqlite://" + filepath.Join(dir, "drain.db")
@@ -126,12 +126,12 @@ func runDrain(ctx context.Context, c benchConfig, stdout, stderr io.Writer) erro
 
 	st, err := store.Open(ctx, c.dbURL)
 	if err != nil {
-		return fmt.Errorf("--db: %w", err)
+		return notStarted(fmt.Errorf("--db: %w", err))
 	}
 	cleanup = append(cleanup, func() { st.Close() })
 	rdb, err := stock.Dial(ctx, c.redisURL)
 	if err != nil {
-		return fmt.Errorf("--redis: %w", err)
+		return notStarted(fmt.Errorf("--redis: %w", err))
 	}
 	cleanup = append(cleanup, func() { rdb.Close() })
 

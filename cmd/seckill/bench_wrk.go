@@ -57,7 +57,7 @@ func (c *benchConfig) pickGenerator(set map[string]bool) error {
 		}
 	}
 	if noWrk != nil {
-		return errNoWrk
+		return notStarted(errNoWrk)
 	}
 	if _, inEnv := os.LookupEnv(envName("duration")); !set["duration"] && !inEnv {
 		c.duration = wrkRunLength

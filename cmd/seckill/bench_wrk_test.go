@@ -141,7 +141,7 @@ func TestBenchGeneratorFlags(t *testing.T) {
 		{[]string{"--generator", "go"}, "", 2, "--generator chooses the load generator of --baseline"},
 		{[]string{"--baseline", "--generator", "wrk", "--requests", "100"}, "", 2, "--requests shapes the Go generator's crowd"},
 		{[]string{"--baseline", "--generator", "wrk", "--repeat", "0"}, "", 2, "--repeat shapes the Go generator's crowd"},
-		{[]string{"--baseline", "--generator", "wrk"}, t.TempDir(), 1, "wrk is not on PATH; install it (Debian/Ubuntu: apt-get install wrk"},
+		{[]string{"--baseline", "--generator", "wrk"}, t.TempDir(), 2, "wrk is not on PATH; install it (Debian/Ubuntu: apt-get install wrk"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			if tc.path != "" {

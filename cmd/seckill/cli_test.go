@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/seckilldev/seckill/internal/testenv"
 )
@@ -188,8 +192,8 @@ func TestValidateBeforeStart(t *testing.T) {
 		{[]string{"soak", "--redis", "redis://127.0.0.1:6379", "--db", "sqlite://" + missing + "/x.db"}, "--db: sqlite: bad url"},
 	} {
 		code, stdout, stderr := runCLI(t, context.Background(), tc.args...)
-		if code == 0 || !strings.Contains(stderr, tc.want) {
-			t.Errorf("%v: exit %d, %q; want a failure and %q", tc.args, code, stderr, tc.want)
+		if code != exitNotStarted || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, %q; want %d and %q", tc.args, code, stderr, exitNotStarted, tc.want)
 		}
 		for _, started := range []string{"embedded redis started", "redis:    embedded", "the embedded Redis", "address already in use"} {
 			if strings.Contains(stderr+stdout, started) {
@@ -199,5 +203,107 @@ func TestValidateBeforeStart(t *testing.T) {
 	}
 	if _, err := os.Stat(missing); !os.IsNotExist(err) {
 		t.Errorf("%s: %v, want it never made", missing, err)
+	}
+}
+
+// TestExitCodes: every way a command cannot start exits with the one code
+// that each command's -h documents, 2; a failure after the start with 1.
+func TestExitCodes(t *testing.T) {
+	redis, dead := redisURL(t), deadAddr(t)
+	pg := testenv.PostgresURL(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	lite := "sqlite://" + filepath.Join(t.TempDir(), "x.db")
+	answers := httptest.NewServer(http.NotFoundHandler()) // a service, for bench's probe
+	defer answers.Close()
+	for _, tc := range []struct {
+		args []string
+		env  [2]string
+		want string
+	}{
+		{nil, [2]string{}, "usage: seckill <command>"},
+		{[]string{"sell"}, [2]string{}, `unknown command "sell"`},
+		{[]string{"serve", "--nope"}, [2]string{}, "flag provided but not defined: -nope"},
+		{[]string{"serve", "--batch", "many"}, [2]string{}, `invalid value "many" for flag -batch`},
+		{[]string{"serve", "extra"}, [2]string{}, `unexpected argument "extra"`},
+		{[]string{"worker", "--redis", redis}, [2]string{"SECKILL_LINGER", "soon"}, "SECKILL_LINGER"},
+		{[]string{"serve", "--redis", "redis://h:1/notadb"}, [2]string{}, "--redis: bad redis URL"},
+		{[]string{"serve", "--redis", redis, "--db", "nodb"}, [2]string{}, "--db: store: database URL has no scheme"},
+		{[]string{"serve", "--listen", taken.Addr().String(), "--db", lite}, [2]string{}, "--listen"},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--redis", "redis://" + dead, "--db", lite}, [2]string{}, "--redis: redis at " + dead + " does not answer"},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--redis", redis, "--db", "postgres://postgres@" + dead + "/test"}, [2]string{}, "--db: postgres: cannot reach database"},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--identity", "jwt", "--jwt-jwks", filepath.Join(t.TempDir(), "none.json")}, [2]string{}, "--jwt-jwks"},
+		{[]string{"worker", "--redis", "redis://" + dead, "--db", lite}, [2]string{}, "does not answer"},
+		{[]string{"worker", "--redis", redis, "--db", lite, "--metrics-listen", taken.Addr().String()}, [2]string{}, "--metrics-listen"},
+		{[]string{"demo", "--redis", "redis://" + dead}, [2]string{}, "start the service: --redis: redis at"},
+		{[]string{"bench", "--target", "http://" + dead, "--activity", "1"}, [2]string{}, "--target: the service does not answer"},
+		{[]string{"bench", "--target", answers.URL, "--activity", "1", "--redis", "redis://" + dead, "--db", pg}, [2]string{}, "--redis: redis at"},
+		{[]string{"bench", "--compare", "--redis", "redis://" + dead}, [2]string{}, "--redis: redis at"},
+		{[]string{"bench", "--compare", "--redis", redis, "--db", "postgres://postgres@" + dead + "/test"}, [2]string{}, "does not answer"},
+		{[]string{"bench", "--drain", "--redis", "redis://" + dead}, [2]string{}, "--redis: redis at"},
+		{[]string{"soak", "--redis", redis, "--db", "postgres://postgres@" + dead + "/test"}, [2]string{}, "--db: postgres://postgres@" + dead + "/test does not answer"},
+		{[]string{"token"}, [2]string{}, "no secret"},
+		{[]string{"version", "--short"}, [2]string{}, "flag provided but not defined"},
+	} {
+		if tc.env[0] != "" {
+			t.Setenv(tc.env[0], tc.env[1])
+		}
+		code, _, stderr := runCLI(t, context.Background(), tc.args...)
+		if tc.env[0] != "" {
+			os.Unsetenv(tc.env[0])
+		}
+		if code != exitNotStarted || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, %q; want %d and %q", tc.args, code, stderr, exitNotStarted, tc.want)
+		}
+	}
+
+	// A bench that started, on a service that refuses every grab, failed.
+	in := startServe(t, backend{"postgres", redis, pg}, testenv.Prefix(t))
+	code, _, stderr := runCLI(t, context.Background(), "bench", "--target", in.url, "--activity", "999999",
+		"--users", "10", "--requests", "20")
+	if code != exitFailed || !strings.Contains(stderr, "no grab was accepted") {
+		t.Errorf("bench on a refusing service: exit %d, %q; want %d", code, stderr, exitFailed)
+	}
+
+	// A bench whose own service could not start says so at once, with 2.
+	if testing.Short() {
+		return
+	}
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cmd := exec.Command(bin, "bench", "--redis", redis, "--db", "postgres://postgres@"+dead+"/test")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitNotStarted ||
+		!strings.Contains(string(out), "seckill serve: --db: postgres: cannot reach database") ||
+		!strings.Contains(string(out), "seckill bench: serve did not start (exit status 2; its error is above)") {
+		t.Errorf("bench with a dead --db: %v\n%s", err, out)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("bench took %v to say its service did not start", took)
+	}
+}
+
+// TestHelpExitStatus: each command's -h (exit 0) ends with the exit
+// statuses, as the top-level usage does.
+func TestHelpExitStatus(t *testing.T) {
+	for _, cmd := range []string{"serve", "worker", "demo", "bench", "soak", "token", "version"} {
+		code, _, stderr := runCLI(t, context.Background(), cmd, "-h")
+		if code != exitOK || !strings.HasSuffix(stderr, exitStatusHelp) {
+			t.Errorf("%s -h: exit %d, it does not end with the exit statuses:\n%s", cmd, code, stderr)
+		}
+	}
+	code, stdout, _ := runCLI(t, context.Background(), "help")
+	if code != exitOK || !strings.HasSuffix(stdout, exitStatusHelp) {
+		t.Errorf("help: exit %d:\n%s", code, stdout)
+	}
+	if !strings.Contains(exitStatusHelp, "2  could not start") || !strings.Contains(exitStatusHelp, "1  failed after it started") {
+		t.Errorf("exit statuses: %q", exitStatusHelp)
 	}
 }

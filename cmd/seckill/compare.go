@@ -40,6 +40,15 @@ func runCompare(ctx context.Context, c benchConfig, set map[string]bool, stdout,
 			return usagef("--results: %s is not in an existing directory", c.cmp.results)
 		}
 	}
+	// Its servers answer, or it does not start (compare.Run's errors
+	// cannot tell a start from a run).
+	redisURL := c.redisURL
+	if redisURL == "" {
+		redisURL = compare.DefaultRedis
+	}
+	if err := probe(ctx, redisURL, c.dbURL); err != nil {
+		return err
+	}
 	cfg := compare.Config{DB: c.dbURL, Redis: c.redisURL, Strategies: strings.Split(c.cmp.strategies, ","),
 		Items: c.cmp.items, Rounds: c.cmp.rounds, LockWait: c.cmp.lockWait, LockTTL: c.cmp.lockTTL,
 		Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}

@@ -98,7 +98,15 @@ type demoReport struct {
 	OK     bool            `json:"ok"`
 }
 
-func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error {
+// runDemo runs the demo; its errors until the service serves are
+// startErrors.
+func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err error) {
+	started := false
+	defer func() {
+		if !started {
+			err = notStarted(err)
+		}
+	}()
 	// The countdown, the crowd's progress, the service's log and the demo
 	// itself all write to stderr, from their own goroutines.
 	stderr = &lockedWriter{w: stderr}
@@ -160,6 +168,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) error 
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	started = true
 	say("service:  %s (HTTP API, order worker)", base)
 	say("dashboard: %s%s (admin token %s)", base, dashboard.Prefix, token)
 

@@ -43,6 +43,7 @@ func (fs flagSet) parse(args []string) error {
 			fs.SetOutput(fs.stderr)
 			fmt.Fprintf(fs.stderr, "usage: seckill %s [flags]\n\n", fs.Name())
 			fs.PrintDefaults()
+			fmt.Fprintf(fs.stderr, "\n%s", exitStatusHelp)
 			return err
 		}
 		return usagef("%v (see seckill %s -h)", err, fs.Name())

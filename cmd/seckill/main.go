@@ -36,6 +36,22 @@ commands:
 
 Run "seckill <command> -h" for a command's flags. Every flag has an
 environment twin, e.g. --redis and SECKILL_REDIS.
+
+` + exitStatusHelp
+
+// The exit statuses, the same for every command (each one's -h ends with
+// exitStatusHelp).
+const (
+	exitOK         = 0 // done, -h, or (serve, worker) stopped by a signal
+	exitFailed     = 1 // failed after it started
+	exitNotStarted = 2 // could not start
+)
+
+const exitStatusHelp = `exit status:
+  0  done; for serve and worker, stopped by SIGTERM or SIGINT, even while starting
+  1  failed after it started: a check that did not hold, an error while serving
+  2  could not start: a bad command, flag, environment variable or URL, a Redis or
+     database that does not answer, an address in use, a file that cannot be read
 `
 
 func main() {
@@ -45,12 +61,13 @@ func main() {
 	os.Exit(code)
 }
 
-// run executes a command line and returns the exit code: 0 success, 1 a
-// failure while running, 2 a bad command line.
+// run executes a command line and returns the exit code: exitOK,
+// exitFailed, or exitNotStarted for a startError (a bad command line, or a
+// start that failed).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return 2
+		return exitNotStarted
 	}
 	quietRedis()
 	var err error
@@ -73,22 +90,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = versionCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
-		return 0
+		return exitOK
 	default:
 		fmt.Fprintf(stderr, "seckill: unknown command %q\n\n%s", args[0], usage)
-		return 2
+		return exitNotStarted
 	}
-	var ue usageError
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "seckill %s: %s\n", args[0], withoutRepeats(err.Error()))
-		return 2
-	default:
-		fmt.Fprintf(stderr, "seckill %s: %s\n", args[0], withoutRepeats(err.Error()))
-		return 1
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return exitOK
 	}
+	fmt.Fprintf(stderr, "seckill %s: %s\n", args[0], withoutRepeats(err.Error()))
+	var se startError
+	if errors.As(err, &se) {
+		return exitNotStarted
+	}
+	return exitFailed
 }
 
 // withoutRepeats drops the lines of an error's text that an earlier line
@@ -110,7 +125,23 @@ func withoutRepeats(text string) string {
 	return strings.Join(out, "\n")
 }
 
-// usageError is a bad command line.
-type usageError struct{ error }
+// startError is an error of a command that could not start: a bad
+// command line (usagef), or a start that failed (notStarted). run exits
+// with exitNotStarted for it, wherever it is in the error's chain.
+type startError struct{ error }
 
-func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+func (e startError) Unwrap() error { return e.error }
+
+// usagef is a bad command line: a flag's value, an environment variable,
+// a URL.
+func usagef(format string, args ...any) error { return startError{fmt.Errorf(format, args...)} }
+
+// notStarted marks err (nil: nil) as the failure of a command's start:
+// what it needs does not answer, or cannot be had.
+func notStarted(err error) error {
+	var se startError
+	if err == nil || errors.As(err, &se) {
+		return err
+	}
+	return startError{err}
+}

@@ -71,7 +71,7 @@ func (s secrets) scrub(text string) string {
 }
 
 // err returns err with its text scrubbed, keeping its chain for errors.Is
-// and errors.As (a usage error stays one).
+// and errors.As (a startError stays one).
 func (s secrets) err(err error) error {
 	if err == nil {
 		return nil

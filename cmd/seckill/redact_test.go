@@ -44,9 +44,9 @@ func TestRedact(t *testing.T) {
 	hide := (secrets{}).add(pw)
 	cause := usagef("--redis: connect to %s", pw)
 	err := hide.err(cause)
-	var ue usageError
-	if strings.Contains(err.Error(), pw) || !errors.As(err, &ue) || !errors.Is(err, cause) {
-		t.Errorf("err: %q (usage error kept: %v)", err, errors.As(err, &ue))
+	var se startError
+	if strings.Contains(err.Error(), pw) || !errors.As(err, &se) || !errors.Is(err, cause) {
+		t.Errorf("err: %q (start error kept: %v)", err, errors.As(err, &se))
 	}
 	var buf bytes.Buffer
 	var l logFlags

@@ -92,7 +92,14 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // runServe checks every flag and URL of c, then starts: the JWK Set is read,
 // the listeners open, then the embedded Redis, if any, and the backends.
-func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) error {
+// Its errors until it serves are startErrors.
+func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) (err error) {
+	serving := false
+	defer func() {
+		if !serving {
+			err = notStarted(err)
+		}
+	}()
 	if err := c.guard.check(); err != nil {
 		return err
 	}
@@ -200,6 +207,7 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) erro
 		return err
 	}
 
+	serving = true
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "worker", !c.noWorker, "expiry", !c.expiry.off, "ack_replicas", c.backend.ack.replicas)

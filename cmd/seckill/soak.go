@@ -54,6 +54,9 @@ func soakCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := checkURLs(cfg.RedisURL, cfg.DBURL); err != nil {
 		return err
 	}
+	if err := probe(ctx, cfg.RedisURL, cfg.DBURL); err != nil {
+		return err
+	}
 	for _, f := range strings.Split(faults, ",") {
 		if f = strings.TrimSpace(f); f != "" {
 			cfg.Faults = append(cfg.Faults, soak.Fault(f))
@@ -61,7 +64,7 @@ func soakCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return err
+		return notStarted(err)
 	}
 	cfg.Binary = exe
 	if logTo != "" {

@@ -1,16 +1,19 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckilldev/seckill/stock"
 	"github.com/seckilldev/seckill/store"
 	"github.com/seckilldev/seckill/store/mysql"
 	"github.com/seckilldev/seckill/store/sqlite"
@@ -110,7 +113,7 @@ func checkDBURL(rawURL string) error {
 }
 
 // checkURLs checks the URLs that a command was given ("" is none), naming
-// the flag in its error, which is a usage error and hides the passwords.
+// the flag in its error, a usage error without the passwords.
 func checkURLs(redisURL, dbURL string) error {
 	var err error
 	if redisURL != "" {
@@ -124,4 +127,37 @@ func checkURLs(redisURL, dbURL string) error {
 		}
 	}
 	return (secrets{}).add(append(urlSecrets(redisURL), urlSecrets(dbURL)...)...).err(err)
+}
+
+// probe checks that the servers of a command's URLs answer ("" is none; a
+// SQLite file has no server), for a command that would otherwise find out
+// only after minutes of work, or in words of its own: bench, which
+// verifies on them after its run, bench --compare, and soak, whose
+// processes start on them. Its error is a startError.
+func probe(ctx context.Context, redisURL, dbURL string) error {
+	return notStarted(probeServers(ctx, redisURL, dbURL))
+}
+
+func probeServers(ctx context.Context, redisURL, dbURL string) error {
+	hide := (secrets{}).add(append(urlSecrets(redisURL), urlSecrets(dbURL)...)...)
+	if redisURL != "" {
+		rdb, err := stock.Dial(ctx, redisURL, 1)
+		if err != nil {
+			return hide.err(fmt.Errorf("--redis: %w", err))
+		}
+		rdb.Close()
+	}
+	if dbURL != "" && !strings.HasPrefix(strings.ToLower(dbURL), "sqlite:") {
+		db, err := store.SQL(dbURL)
+		if err != nil {
+			return hide.err(fmt.Errorf("--db: %w", err))
+		}
+		defer db.Close()
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := db.PingContext(pctx); err != nil {
+			return hide.err(fmt.Errorf("--db: %s does not answer: %w", redactURL(dbURL), err))
+		}
+	}
+	return nil
 }

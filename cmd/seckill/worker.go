@@ -51,7 +51,13 @@ func (f *workerFlags) config() (worker.Config, error) {
 		Retain: max(f.retain, time.Millisecond)}, nil
 }
 
-func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	running := false
+	defer func() {
+		if !running {
+			err = notStarted(err)
+		}
+	}()
 	var (
 		backend backendFlags
 		wf      workerFlags
@@ -118,6 +124,7 @@ func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	w := worker.New(bk.store, bk.engine, cfg, log, worker.NewMetrics(reg))
+	running = true
 	err = w.Run(ctx)
 	if errors.Is(err, context.Canceled) {
 		err = nil
