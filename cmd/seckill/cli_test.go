@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/seckilldev/seckill/internal/testenv"
+	"github.com/seckilldev/seckill/stock"
+	"github.com/seckilldev/seckill/store"
 )
 
 // runCLI runs a command line in this process, as main does, and returns
@@ -305,5 +307,120 @@ func TestHelpExitStatus(t *testing.T) {
 	}
 	if !strings.Contains(exitStatusHelp, "2  could not start") || !strings.Contains(exitStatusHelp, "1  failed after it started") {
 		t.Errorf("exit statuses: %q", exitStatusHelp)
+	}
+}
+
+// TestURLHelp: the -h of every command with --redis or --db shows the URL
+// forms, and what they say is what the parsers do: an example of each
+// form is accepted by the check and by stock.Dial (which gets as far as
+// its ping, on a cancelled context) or store.Open (on real servers, with
+// the parameters the text names); what the text says is refused is, by
+// the check, and by Dial where Dial refuses it too.
+func TestURLHelp(t *testing.T) {
+	for _, cmd := range []string{"serve", "worker", "demo", "bench", "soak"} {
+		_, _, stderr := runCLI(t, context.Background(), cmd, "-h")
+		want := redisURLHelp
+		if cmd == "bench" {
+			want += benchRedisHelp
+		}
+		if !strings.Contains(stderr, want) || !strings.Contains(stderr, dbURLHelp) {
+			t.Errorf("%s -h does not show the URL forms:\n%s", cmd, stderr)
+		}
+	}
+	if _, _, stderr := runCLI(t, context.Background(), "token", "-h"); strings.Contains(stderr, "URLs") {
+		t.Errorf("token -h shows URL forms:\n%s", stderr)
+	}
+
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	dial := func(u string) error {
+		rdb, err := stock.Dial(cancelled, u)
+		if err == nil {
+			rdb.Close()
+		}
+		return err
+	}
+	for _, u := range []string{
+		"redis://127.0.0.1:6379",
+		"redis://",
+		"redis://:pw@h:6379/2",
+		"redis://user:p%40ss%3Aw%2F%23%3F%25@h/0?dial_timeout=2s&read_timeout=1s&write_timeout=1s&pool_size=64&client_name=x&protocol=2&max_retries=3",
+		"rediss://h:6380/1",
+		"redis+cluster://h:7000",
+		"redis+cluster://u:pw@h:7000?addr=h2:7001&addr=h3:7002&read_only=true&route_by_latency=true&route_randomly=false&max_redirects=3&dial_timeout=2s",
+		"rediss+cluster://h:7000",
+		"redis+sentinel://h1:26379,h2:26379/mymaster",
+		"redis+sentinel://u:pw@h:26379/m",
+	} {
+		if err := checkRedisURL(u); err != nil {
+			t.Errorf("check refuses %s: %v", u, err)
+		}
+		if err := dial(u); err == nil || !strings.HasPrefix(err.Error(), "redis at ") {
+			t.Errorf("stock.Dial(%s): %v, want it to get to its ping", u, err)
+		}
+	}
+	for _, tc := range []struct {
+		url      string
+		dialToo  bool // stock.Dial refuses it as well (else it would ignore a part)
+		wantText string
+	}{
+		{"redis://h:6379?password=pw", true, "unexpected option: password"},
+		{"redis://h/notadb", true, "invalid database number"},
+		{"unix:///tmp/redis.sock", true, "the scheme must be"},
+		{"rediss+sentinel://h:26379/m", true, "the scheme must be"},
+		{"redis+cluster://h:7000?password=pw", true, "unexpected option: password"},
+		{"redis+sentinel://h:26379", true, "want redis+sentinel://host:port[,host:port]/mastername"},
+		{"redis+sentinel://h:26379/m?db=1", false, "no query parameters"},
+		{"redis+sentinel://h:26379/m?password=pw", false, "no query parameters"},
+		{"redis+sentinel://h/m", false, `"h" is not a host:port`},
+		{"redis+cluster://h:7000/1", false, "no /db path"},
+	} {
+		err := checkRedisURL(tc.url)
+		if err == nil || !strings.Contains(err.Error(), tc.wantText) {
+			t.Errorf("check(%s): %v, want %q", tc.url, err, tc.wantText)
+		}
+		if err != nil && strings.Contains(err.Error(), "=pw") {
+			t.Errorf("check(%s) shows the password: %v", tc.url, err)
+		}
+		if derr := dial(tc.url); tc.dialToo && (derr == nil || !strings.HasPrefix(derr.Error(), "bad redis")) {
+			t.Errorf("stock.Dial(%s): %v, want it refused", tc.url, derr)
+		}
+	}
+
+	dir := t.TempDir()
+	pg, my := testenv.PostgresURL(t), testenv.MySQLURL(t)
+	for _, u := range []string{
+		pg + "&connect_timeout=5&application_name=seckill-test",
+		strings.Replace(pg, "postgres://", "postgresql://", 1),
+		my + "?timeout=5s",
+		"sqlite://" + dir + "/abs.db?_pragma=synchronous(NORMAL)",
+		"sqlite://:memory:",
+	} {
+		if err := checkDBURL(u); err != nil {
+			t.Errorf("check refuses %s: %v", u, err)
+			continue
+		}
+		st, err := store.Open(context.Background(), u)
+		if err != nil {
+			t.Errorf("store.Open(%s): %v", u, err)
+			continue
+		}
+		st.Close()
+	}
+	if err := checkDBURL("sqlite://relative.db"); err != nil { // the package's directory
+		t.Errorf("check refuses a relative SQLite path: %v", err)
+	}
+	for _, tc := range []struct{ url, want string }{
+		{"mysql://root@127.0.0.1:3306/test?password=pw", "a password goes in the user info"},
+		{"mysql://root@127.0.0.1:3306", "no database name"},
+		{"sqlite://" + dir + "/no-such-dir/x.db", "does not exist"},
+		{"sqlite://", "no path"},
+		{"postgres://h:notaport/db", "postgres: bad url"},
+		{"mongodb://h/db", `unsupported database URL scheme "mongodb"`},
+		{"test.db", "no scheme"},
+	} {
+		if err := checkDBURL(tc.url); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("check(%s): %v, want %q", tc.url, err, tc.want)
+		}
 	}
 }

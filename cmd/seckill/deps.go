@@ -35,8 +35,8 @@ type backendFlags struct {
 }
 
 func (b *backendFlags) register(fs flagSet, defaultDB string) {
-	fs.StringVar(&b.redisURL, "redis", "", "Redis URL: redis://host:port[/db], redis+cluster://host:port, redis+sentinel://host:port/master (default: an embedded Redis in this process)")
-	fs.StringVar(&b.dbURL, "db", defaultDB, "database URL: postgres://..., mysql://user:pass@host:port/db, sqlite://path.db")
+	fs.StringVar(&b.redisURL, "redis", "", "Redis URL: redis://, rediss://, redis+cluster:// or redis+sentinel://, see Redis URLs below (default: an embedded Redis in this process)")
+	fs.StringVar(&b.dbURL, "db", defaultDB, "database URL: postgres://, mysql:// or sqlite://, see Database URLs below")
 	fs.StringVar(&b.prefix, "redis-prefix", stock.DefaultPrefix, "namespace of every Redis key")
 }
 

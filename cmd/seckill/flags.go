@@ -43,6 +43,9 @@ func (fs flagSet) parse(args []string) error {
 			fs.SetOutput(fs.stderr)
 			fmt.Fprintf(fs.stderr, "usage: seckill %s [flags]\n\n", fs.Name())
 			fs.PrintDefaults()
+			if h := urlHelp(fs); h != "" {
+				fmt.Fprintf(fs.stderr, "\n%s", h)
+			}
 			fmt.Fprintf(fs.stderr, "\n%s", exitStatusHelp)
 			return err
 		}

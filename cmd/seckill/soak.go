@@ -20,8 +20,8 @@ func soakCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		logTo  string
 	)
 	fs := newFlagSet("soak", stderr)
-	fs.StringVar(&cfg.RedisURL, "redis", "", "Redis URL of the services (required: a real server)")
-	fs.StringVar(&cfg.DBURL, "db", "", "database URL of the services (required: postgres://, mysql:// or sqlite://)")
+	fs.StringVar(&cfg.RedisURL, "redis", "", "Redis URL of the services (required: a real server), see Redis URLs below")
+	fs.StringVar(&cfg.DBURL, "db", "", "database URL of the services (required: postgres://, mysql:// or sqlite://), see Database URLs below")
 	fs.StringVar(&cfg.Prefix, "redis-prefix", "", "Redis key prefix (default: soak-<random>)")
 	fs.Int64Var(&cfg.Requests, "requests", 1_000_000, "grabs over all API instances")
 	fs.IntVar(&cfg.Users, "users", 0, "distinct users (default: requests * 0.8 / apis)")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -23,6 +24,63 @@ import (
 // anything (an embedded Redis, a SQLite file, a listener, a child process):
 // a bad one is refused before any of that, as a bad flag is. The checks
 // read the URL only, not whether its server answers.
+
+// redisURLHelp and dbURLHelp end the -h of the commands with --redis or
+// --db: what checkRedisURL and checkDBURL accept, which is what stock.Dial
+// and store.Open do (TestURLHelp holds an example of each line to both).
+const redisURLHelp = `Redis URLs (--redis):
+  redis://[[user][:password]@][host][:port][/db][?option=value&...]
+      one Redis; rediss:// for TLS. Host localhost, port 6379, db 0 by default
+  redis+cluster://[[user][:password]@][host][:port][?addr=host:port&...][&option=value...]
+      Redis Cluster, seeded by the node named and one more per addr=;
+      rediss+cluster:// for TLS. No /db: a Cluster has database 0 alone
+  redis+sentinel://[[user][:password]@]host:port[,host:port...]/mastername
+      the master that the Sentinels name, database 0; no query parameters, no TLS.
+      The user and password are the master's: the Sentinels are asked without
+  options: go-redis' URL options (dial_timeout=2s, read_timeout=1s, write_timeout=1s,
+      pool_size=64, client_name=..., protocol=2, max_retries=3, ...; a Cluster's
+      read_only, route_by_latency, route_randomly, max_redirects too); any other
+      is refused, password= among them: a password goes in the user info,
+      percent-encoded (@ : / # ? % as %40 %3A %2F %23 %3F %25)
+  not accepted: unix:// sockets, rediss+sentinel://
+`
+
+const dbURLHelp = `Database URLs (--db):
+  postgres://[user[:password]@]host[:port]/dbname[?param=value&...]
+      PostgreSQL (or postgresql://), port 5432 by default; pgx's parameters, libpq's
+      among them: sslmode=disable, connect_timeout=5, password=..., application_name=...
+  mysql://[user[:password]@]host[:port]/dbname[?param=value&...]
+      MySQL 8 or MariaDB, port 3306 by default; go-sql-driver/mysql's DSN parameters
+      (tls=true, timeout=5s, ...) or server variables. The password goes in the user
+      info alone (password= is refused: it would be sent as a server variable)
+  sqlite://path.db (relative to the current directory), sqlite:///abs/path.db,
+  sqlite://:memory: (gone when the process ends), each [?_pragma=name(value)&...]
+      SQLite; the file is made if missing, in a directory that must exist
+  a password with @ : / # ? % in it: percent-encoded, as for Redis
+`
+
+// benchRedisHelp is bench's own rule.
+const benchRedisHelp = `  bench --compare runs on one Redis: redis:// or rediss:// (default redis://127.0.0.1:6379)
+`
+
+// urlHelp is the end of a command's -h about its URLs: "" for a command
+// without --redis or --db.
+func urlHelp(fs flagSet) string {
+	var b strings.Builder
+	if fs.Lookup("redis") != nil {
+		b.WriteString(redisURLHelp)
+		if fs.Name() == "bench" {
+			b.WriteString(benchRedisHelp)
+		}
+	}
+	if fs.Lookup("db") != nil {
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(dbURLHelp)
+	}
+	return b.String()
+}
 
 // checkRedisURL refuses what stock.Dial would refuse, without dialling, in
 // the same words (no message quotes a password), and what Dial would let
@@ -53,6 +111,11 @@ func checkRedisURL(rawURL string) error {
 		}
 		if u.RawQuery != "" || u.ForceQuery {
 			return fmt.Errorf("bad redis sentinel URL %s: it takes no query parameters (its master's database is 0)", shown)
+		}
+		for _, addr := range strings.Split(u.Host, ",") {
+			if h, p, err := net.SplitHostPort(addr); err != nil || h == "" || p == "" {
+				return fmt.Errorf("bad redis sentinel URL %s: %q is not a host:port", shown, addr)
+			}
 		}
 	default:
 		return fmt.Errorf("bad redis URL %s: the scheme must be redis, rediss, redis+cluster, rediss+cluster or redis+sentinel", shown)

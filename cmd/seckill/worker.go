@@ -68,6 +68,7 @@ func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (er
 	)
 	fs := newFlagSet("worker", stderr)
 	backend.register(fs, "sqlite://seckill.db")
+	fs.Lookup("redis").Usage = "Redis URL of the API instances (required): redis://, rediss://, redis+cluster:// or redis+sentinel://, see Redis URLs below"
 	wf.register(fs)
 	ef.register(fs)
 	logs.register(fs)
