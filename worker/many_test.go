@@ -447,3 +447,41 @@ func TestLostReply(t *testing.T) {
 	}
 	written("order after the failed flag delete", grab(s.acts[i], 4))
 }
+
+// TestClaimBacklog: a dead consumer's whole backlog is claimed and written
+// without waiting for anything else to happen (no new order, no poll, no
+// discovery: all an hour away), a claim after the other.
+func TestClaimBacklog(t *testing.T) {
+	const n = 3000
+	s := newSales(t, 1, n, time.Hour)
+	a := s.acts[0]
+	ctx := context.Background()
+	var ids []int64
+	for u := range int64(n) {
+		r, err := s.api.Grab(ctx, a.ID, u+1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.OrderID)
+	}
+	// A consumer reads them all and dies.
+	got, err := s.wClient.XReadGroup(ctx, &redis.XReadGroupArgs{Group: stock.Group, Consumer: "dead",
+		Streams: []string{s.api.Keys(a.ID).Orders, ">"}, Count: 2 * n}).Result()
+	if err != nil || len(got) != 1 || len(got[0].Messages) != n {
+		t.Fatalf("the dead consumer read %v, %v; want %d entries", got, err, n)
+	}
+	const idle = 100 * time.Millisecond
+	time.Sleep(idle)
+	w := s.worker(Config{Consumer: "w", MaxBatch: 1000, Poll: time.Hour, ClaimIdle: idle, Discover: time.Hour})
+	start(t, w)
+	took := testenv.WaitFor(t, "the dead consumer's backlog written", func() bool {
+		p, err := s.wClient.XPending(ctx, s.api.Keys(a.ID).Orders, stock.Group).Result()
+		return err == nil && p.Count == 0
+	})
+	for _, id := range []int64{ids[0], ids[n/2], ids[n-1]} {
+		if !s.written(t, id) {
+			t.Errorf("order %d acknowledged but not written", id)
+		}
+	}
+	t.Logf("a dead consumer's %d pending orders claimed and written in %v", n, took.Round(time.Millisecond))
+}

@@ -310,6 +310,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		hot := w.hot(streams)
 		if len(hot) == 0 {
+			// A claim that falls due wakes the loop too: a dead
+			// consumer's backlog is claimed a batch a turn of the loop,
+			// not a batch per unrelated event.
+			claim, stopClaim := w.claimTimer(streams)
 			select {
 			case <-ctx.Done():
 			case m := <-wake:
@@ -321,7 +325,9 @@ func (w *Worker) Run(ctx context.Context) error {
 				pollNow = true
 			case <-w.prober.ready:
 				w.returned(streams)
+			case <-claim:
 			}
+			stopClaim()
 			continue
 		}
 		// While the streams keep up with a crowd, the next round waits
@@ -725,6 +731,22 @@ func (w *Worker) retire(ctx context.Context, streams map[int64]*stream, retired 
 	}
 }
 
+// claimTimer returns a channel that fires when the next claim falls due,
+// nil if none will (every stream settled or away), and its stop.
+func (w *Worker) claimTimer(streams map[int64]*stream) (<-chan time.Time, func() bool) {
+	var next time.Time
+	for _, s := range streams {
+		if !s.settled && !s.away && (next.IsZero() || s.claimAt.Before(next)) {
+			next = s.claimAt
+		}
+	}
+	if next.IsZero() {
+		return nil, func() bool { return false }
+	}
+	t := time.NewTimer(time.Until(next))
+	return t.C, t.Stop
+}
+
 // claimDue takes over, for each stream whose time has come, the entries
 // that other consumers left pending longer than ClaimIdle, and writes them.
 func (w *Worker) claimDue(ctx context.Context, streams map[int64]*stream) error {
@@ -743,7 +765,7 @@ func (w *Worker) claimDue(ctx context.Context, streams map[int64]*stream) error 
 	pending := make([]*redis.XPendingCmd, len(due))
 	for i, s := range due {
 		cmds[i] = pipe.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: s.key, Group: stock.Group,
-			Consumer: w.cfg.Consumer, MinIdle: w.cfg.ClaimIdle, Start: s.claimFrom, Count: int64(w.cfg.Batch)})
+			Consumer: w.cfg.Consumer, MinIdle: w.cfg.ClaimIdle, Start: s.claimFrom, Count: int64(w.cfg.MaxBatch)})
 		pending[i] = pipe.XPending(ctx, s.key, stock.Group)
 	}
 	_, _ = pipe.Exec(ctx)
@@ -1039,8 +1061,9 @@ func (w *Worker) reconcile(ctx context.Context, activityID int64, reqs []seckill
 // counting a delivery, so no other worker claims them and a long database
 // outage does not turn good orders into poison.
 func (w *Worker) heartbeat(ctx context.Context, job []batch) (stop func()) {
-	ids := make([][]string, len(job))
+	keys, ids := make([]string, len(job)), make([][]string, len(job))
 	for i, b := range job {
+		keys[i] = b.s.key
 		for _, m := range b.msgs {
 			ids[i] = append(ids[i], m.ID)
 		}
@@ -1057,8 +1080,8 @@ func (w *Worker) heartbeat(ctx context.Context, job []batch) (stop func()) {
 				return
 			case <-t.C:
 				pipe := w.rdb.Pipeline()
-				for i, b := range job {
-					pipe.XClaimJustID(ctx, &redis.XClaimArgs{Stream: b.s.key, Group: stock.Group,
+				for i, key := range keys {
+					pipe.XClaimJustID(ctx, &redis.XClaimArgs{Stream: key, Group: stock.Group,
 						Consumer: w.cfg.Consumer, Messages: ids[i]})
 				}
 				if _, err := pipe.Exec(ctx); err != nil && ctx.Err() == nil {
