@@ -103,7 +103,7 @@ func TestBusyWhenTheLockWaitRunsOut(t *testing.T) {
 	}
 	defer l.Unlock(ctx)
 	w := serve(s, s.ID(), "7")
-	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), `"busy"`) {
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), `"unavailable"`) {
 		t.Fatalf("got %d %s, want 503 busy", w.Code, w.Body)
 	}
 	if s.busy.Load() != 1 {

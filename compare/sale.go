@@ -140,9 +140,10 @@ func (s *Sale) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHT
 // Replies are written by hand, like the service's shapes, so that the
 // handler costs the same for every strategy and little.
 var (
-	bodyHealthy  = []byte(`{"status":"ok"}` + "\n")
-	bodySoldOut  = []byte(`{"error":{"code":"sold_out","message":"sold out"}}` + "\n")
-	bodyBusy     = []byte(`{"error":{"code":"busy","message":"busy, try again"}}` + "\n")
+	bodyHealthy = []byte(`{"status":"ok"}` + "\n")
+	bodySoldOut = []byte(`{"error":{"code":"sold_out","message":"sold out"}}` + "\n")
+	// A lock wait given up took nothing: the service's 503 unavailable.
+	bodyBusy     = []byte(`{"error":{"code":"unavailable","message":"busy: the lock wait gave up, nothing was taken; try again"}}` + "\n")
 	bodyNotFound = []byte(`{"error":{"code":"not_found","message":"no such sale"}}` + "\n")
 	bodyBadUser  = []byte(`{"error":{"code":"invalid_argument","message":"X-User-ID must be a positive 64-bit integer"}}` + "\n")
 	bodyInternal = []byte(`{"error":{"code":"internal","message":"internal error"}}` + "\n")
