@@ -7,6 +7,8 @@
 #   SERVE_FLAGS='--linger 0' perf/wrk-grab.sh # extra flags for serve
 #   SECKILL_BIN=./seckill perf/wrk-grab.sh    # a binary built before, instead of ./cmd/seckill
 #   ROUNDS=3 DUR=8s CONN=64 perf/wrk-grab.sh  # the defaults are 2 rounds of 8 s, 64 connections
+#   ACK=1 perf/wrk-grab.sh                    # also a replica of the Redis, and a second serve with
+#                                             # --ack-replicas 1 whose grabs take turns with the first's
 # It builds ./cmd/seckill and ./perf/baseline, starts its own redis-server and a fresh PostgreSQL
 # database, then alternates, ROUNDS times, DUR each with CONN connections and one wrk thread: the
 # bare handler (perf/baseline, GET /hello), grabs that all succeed (stock 100,000,000, which no
@@ -32,20 +34,28 @@ for c in wrk redis-server redis-cli psql python3 curl; do command -v $c >/dev/nu
 if [ -n "${SECKILL_BIN:-}" ]; then cp "$SECKILL_BIN" $T/seckill; else go build -o $T/seckill ./cmd/seckill || exit 1; fi
 go build -o $T/baseline ./perf/baseline || exit 1
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-RP=$(port); SP=$(port); BP=$(port)
-redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir $T --daemonize no >$T/redis.log 2>&1 & pids+=($!)
+RP=$(port); SP=$(port); BP=$(port); QP=$(port); AP=$(port)
+redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir $T --daemonize no --repl-diskless-sync-delay 0 >$T/redis.log 2>&1 & pids+=($!)
 psql -qAt "$PGURL/postgres" -c "DROP DATABASE IF EXISTS wrk_grab WITH (FORCE)" -c "CREATE DATABASE wrk_grab" >/dev/null || exit 1
 sleep 0.5
 $T/seckill serve --listen 127.0.0.1:$SP --redis redis://127.0.0.1:$RP/0 --db "$PGURL/wrk_grab?sslmode=disable" \
   --admin-token perf ${NO_WORKER:+--no-worker} ${SERVE_FLAGS:-} >$T/serve.log 2>&1 & pids+=($!)
 $T/baseline -listen 127.0.0.1:$BP >$T/base.log 2>&1 & pids+=($!)
 for i in $(seq 100); do curl -fs http://127.0.0.1:$SP/healthz >/dev/null && curl -fs http://127.0.0.1:$BP/hello >/dev/null && break; sleep 0.2; done
+if [ -n "${ACK:-}" ]; then # a replica, and a serve that answers a grab once ACK replicas hold it
+  mkdir -p $T/replica
+  redis-server --port $QP --bind 127.0.0.1 --save "" --appendonly no --dir $T/replica --daemonize no --replicaof 127.0.0.1 $RP >$T/replica.log 2>&1 & pids+=($!)
+  for i in $(seq 100); do redis-cli -p $QP info replication | grep -q master_link_status:up && break; sleep 0.2; done
+  $T/seckill serve --listen 127.0.0.1:$AP --redis redis://127.0.0.1:$RP/0 --db "$PGURL/wrk_grab?sslmode=disable" \
+    --admin-token perf ${NO_WORKER:+--no-worker} --ack-replicas $ACK ${SERVE_FLAGS:-} >$T/serve-ack.log 2>&1 & pids+=($!)
+  for i in $(seq 100); do curl -fs http://127.0.0.1:$AP/healthz >/dev/null && break; sleep 0.2; done
+fi
 mk() { curl -s -X POST http://127.0.0.1:$SP/api/v1/activities -H 'Authorization: Bearer perf' -H 'Content-Type: application/json' \
   -d "{\"name\":\"perf\",\"stock\":$1,\"starts_at\":\"$(date -u -d '-5 sec' +%FT%TZ)\",\"ends_at\":\"$(date -u -d '+1 hour' +%FT%TZ)\"}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["id"])'; }
-A=$(mk 100000000) && B=$(mk 1) || { echo "cannot create activities"; tail -5 $T/serve.log; exit 1; }
+A=$(mk 100000000) && B=$(mk 1) && C=$(mk 100000000) || { echo "cannot create activities"; tail -5 $T/serve.log; exit 1; }
 curl -s -X POST http://127.0.0.1:$SP/api/v1/activities/$B/grab -H 'X-User-ID: 1' >/dev/null
 mode="serve with its worker on PostgreSQL"; [ -n "${NO_WORKER:-}" ] && mode="serve --no-worker (the API alone)"
-echo "$(date -u +%F), $(nproc) CPUs, wrk -t1 -c$CONN -d$DUR, $ROUNDS rounds, $mode${SERVE_FLAGS:+ $SERVE_FLAGS}"
+echo "$(date -u +%F), $(nproc) CPUs, wrk -t1 -c$CONN -d$DUR, $ROUNDS rounds, $mode${SERVE_FLAGS:+ $SERVE_FLAGS}${ACK:+, and with --ack-replicas $ACK}"
 SPID=${pids[1]} RPID=${pids[0]} BPID=${pids[2]}
 cpu() { awk '{print $14+$15}' /proc/$1/stat; } # utime+stime, in clock ticks
 script() { redis-cli -p $RP info commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_evalsha:/{print $3, $5}'; } # calls usec
@@ -62,12 +72,13 @@ for r in $(seq $ROUNDS); do
   h=$(run baseline http://127.0.0.1:$BP/hello)
   s=$(run succeed -s "$here/grab.lua" http://127.0.0.1:$SP -- /api/v1/activities/$A/grab $((r*10000000)))
   o=$(run soldout -s "$here/grab.lua" http://127.0.0.1:$SP -- /api/v1/activities/$B/grab $((r*10000000+5000000)))
-  echo "round $r: baseline $h req/s, every grab succeeds $s, after the sell-out $o"
+  a=""; [ -n "${ACK:-}" ] && a=$(run acked -s "$here/grab.lua" http://127.0.0.1:$AP -- /api/v1/activities/$C/grab $((r*10000000+7000000)))
+  echo "round $r: baseline $h req/s, every grab succeeds $s, after the sell-out $o${ACK:+, every grab succeeds with --ack-replicas $ACK $a}"
 done
 # Every grab of the first scenario must be 202 and every one of the second 409: the server's own
 # count says whether anything else was answered.
-curl -s http://127.0.0.1:$SP/metrics | awk '/^seckill_grabs_total/ && $2 > 0 {printf "  %s %d\n", $1, $2
-  if ($1 !~ /"(accepted|sold_out)"/) print "  warning: answers other than accepted and sold out" }'
+for p in $SP ${ACK:+$AP}; do curl -s http://127.0.0.1:$p/metrics | awk '/^seckill_grabs_total/ && $2 > 0 {printf "  %s %d\n", $1, $2
+  if ($1 !~ /"(accepted|sold_out)"/) print "  warning: answers other than accepted and sold out" }'; done
 awk '/^-- /{l=$2} /Socket errors/{print "  " l ": " $0}' $T/wrk.log
 python3 - $T/runs $(getconf CLK_TCK) <<'PY'
 import sys, statistics as st
@@ -78,6 +89,9 @@ for line in open(sys.argv[1]):
 def med(label, i): return st.median(r[i] for r in runs[label])
 H, S, O = med("baseline", 1), med("succeed", 1), med("soldout", 1)
 print(f"baseline {H:.0f} req/s | every grab succeeds {S:.0f} ({S/H:.2f}x) | after the sell-out {O:.0f} ({O/H:.2f}x)")
+if "acked" in runs:
+    A = med("acked", 1)
+    print(f"every grab succeeds with --ack-replicas: {A:.0f} ({A/H:.2f}x of the baseline, {A/S:.2f}x of the grabs without)")
 def us(label, i): return st.median(r[i] / hz / r[0] * 1e6 for r in runs[label])
 print(f"CPU per request: baseline {us('baseline', 4):.1f} µs | grab that succeeds: serve {us('succeed', 2):.1f} µs, "
       f"redis {us('succeed', 3):.1f} µs | grab after the sell-out: serve {us('soldout', 2):.1f} µs, redis {us('soldout', 3):.1f} µs")
