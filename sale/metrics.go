@@ -11,6 +11,7 @@ type Metrics struct {
 	Grabs     *prometheus.CounterVec // by outcome: accepted, or an error code
 	Loads     prometheus.Counter
 	Snapshots prometheus.Counter // buyer snapshots of sold-out activities taken
+	Resynced  prometheus.Counter // units of confirmed orders taught to Redis again after a failure (resync.go)
 
 	// outcomes holds the counters of the usual outcomes, resolved once:
 	// a grab should not pay for hashing label values.
@@ -32,9 +33,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "seckill_buyer_snapshots_total",
 			Help: "Buyer snapshots of sold-out activities taken by this instance (each answers the clicks after the sell-out from memory).",
 		}),
+		Resynced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "seckill_resynced_units_total",
+			Help: "Units of confirmed orders that Redis had lost (a replica promoted without its master's last writes) and this instance taught it again from the database.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Grabs, m.Loads, m.Snapshots)
+		reg.MustRegister(m.Grabs, m.Loads, m.Snapshots, m.Resynced)
 	}
 	m.outcomes = map[string]prometheus.Counter{}
 	for _, o := range []string{"accepted", "existing", seckill.ESOLDOUT, seckill.ENOTSTARTED, seckill.EENDED,

@@ -87,6 +87,12 @@ type entry struct {
 	checking atomic.Bool
 	snapping bool      // a snapshot is being read
 	snapNext time.Time // no snapshot is tried before then (after a failure, or too many buyers)
+	// resyncing: a resync waits for Redis to answer again, not before
+	// resyncAfter; failed counts the grabs Redis failed meanwhile (see
+	// resync.go).
+	resyncing   bool
+	resyncAfter time.Time
+	failed      int
 	// gen changes whenever what this instance knows is dropped (restock,
 	// rebuild): a snapshot begun under another gen is not installed.
 	gen uint64
@@ -220,7 +226,7 @@ func (s *Service) Grab(ctx context.Context, id, uid int64) (g Grabbed, err error
 		case seckill.EUNAVAILABLE, seckill.EOUTCOMEUNKNOWN:
 			// Redis did not answer: the engine knows whether the grab may
 			// have run, and says so.
-			s.log.Warn("grab", "activity", id, "err", err)
+			s.redisFailed(e, err)
 		case seckill.EINTERNAL:
 			// The script ran and its reply made no sense: it may have
 			// taken a unit, so the user must ask again.

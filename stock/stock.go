@@ -151,6 +151,13 @@ func New(rdb redis.UniversalClient, cfg Config) *Engine {
 	return e
 }
 
+// Closed reports whether Close was called.
+func (e *Engine) Closed() bool {
+	e.closing.RLock()
+	defer e.closing.RUnlock()
+	return e.closed
+}
+
 // Client returns the Redis client the engine uses.
 func (e *Engine) Client() redis.UniversalClient { return e.rdb }
 
