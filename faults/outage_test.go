@@ -12,7 +12,8 @@ import (
 // proxy. In the middle of the sale Redis first answers 1.5s late (longer
 // than the service's 1s Redis timeouts) for three seconds, then is cut off
 // (connections closed, new ones refused) for three seconds. Requests must
-// end cleanly: an answer (503 at worst) or the client's timeout, never
+// end cleanly: an answer (503 unavailable or 504 outcome_unknown at worst:
+// a grab sent to the slow Redis may have run) or the client's timeout, never
 // another 5xx; nothing may be oversold or lost; everything drains once
 // Redis is back.
 func TestRedisSlowAndUnreachable(t *testing.T) {
@@ -49,12 +50,12 @@ func TestRedisSlowAndUnreachable(t *testing.T) {
 		t.Errorf("the faults were not injected: %d, want 2", e.faults.Total())
 	}
 	c := out.crowd.Counts
-	t.Logf("requests that ended without a definite answer: %d answered 503, %d timed out, %d transport errors",
-		c.Unavailable, c.Timeouts, c.Errors)
+	t.Logf("requests that ended without a grab: %d answered 503 (surely not taken), %d 504 (may have been), %d timed out, %d transport errors",
+		c.Unavailable, c.Unknown, c.Timeouts, c.Errors)
 	if n := out.crowd.ServerErrors(); n > 0 || c.Other > 0 {
-		t.Errorf("requests did not end cleanly: %d 5xx other than 503, %d unexpected replies", n, c.Other)
+		t.Errorf("requests did not end cleanly: %d 5xx other than 503 and 504, %d unexpected replies", n, c.Other)
 	}
-	if c.Unavailable+c.Timeouts == 0 {
+	if c.Unavailable+c.Unknown+c.Timeouts == 0 {
 		t.Errorf("no request noticed that Redis was slow or away")
 	}
 }

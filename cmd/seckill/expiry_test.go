@@ -274,8 +274,12 @@ func expiryRace(t *testing.T, dbURL string) {
 	if paid == 0 || late == 0 {
 		t.Errorf("%d paid, %d late: the buyers did not race the deadline", paid, late)
 	}
-	if fenced[other] != 0 || expired[other] == 0 {
-		t.Errorf("the leader that took over expired %v orders and had %v writes refused; want some and none", expired[other], fenced[other])
+	// The leader that took over led. A write of its was refused only if it
+	// lost the lead in turn (on a loaded machine its renewals can be late
+	// too) and the resumed one led again, with a newer token.
+	if expired[other] == 0 || (fenced[other] != 0 && expired[leader] == 0) {
+		t.Errorf("the leader that took over expired %v orders and had %v writes refused, the resumed one expired %v; want some, and none refused unless the resumed one led again",
+			expired[other], fenced[other], expired[leader])
 	}
 
 	// No paid order has a returned unit; each expired one has exactly one

@@ -198,11 +198,13 @@ func (r *CrowdResult) Samples() []string {
 	return s
 }
 
-// ServerErrors counts the answers with a 5xx status other than 503.
+// ServerErrors counts the answers with a 5xx status other than the
+// service's two answers for a Redis that failed: 503 (nothing was taken)
+// and 504 (the grab may have been: ask again).
 func (r *CrowdResult) ServerErrors() int64 {
 	var n int64
 	for s, v := range r.Status {
-		if s >= 500 && s != 503 {
+		if s >= 500 && s != 503 && s != 504 {
 			n += v
 		}
 	}
