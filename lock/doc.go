@@ -145,7 +145,9 @@
 // (NewRedlock) survives the loss of a minority of nodes, but not process
 // pauses or clock jumps; it relies on bounded clock drift (1% of the lease
 // plus 2 ms is subtracted from the validity), and on nodes that keep their
-// data across a restart (see NewRedlock).
+// data across a restart (see NewRedlock). A Redlock operation ends once a
+// quorum of nodes has answered; Lock tries again while no quorum answers,
+// until ctx ends.
 //
 // # Clients
 //

@@ -44,13 +44,24 @@ func (l *Lock) arm() {
 	l.mu.Lock()
 	l.renewLease = l.lease
 	if l.watchdog {
-		// a third of the lease from its start, which for a waiter given the
-		// lock may be earlier than now
-		l.timer = time.AfterFunc(max(time.Until(l.validUntil)-l.lease*2/3, 0), l.renew)
+		l.timer = time.AfterFunc(untilRenewal(l.validUntil, l.lease), l.renew)
 	} else {
 		l.deadline = time.AfterFunc(time.Until(l.validUntil), l.expire)
 	}
 	l.mu.Unlock()
+}
+
+// untilRenewal is how long the watchdog waits to renew a lease that is
+// valid until validUntil: until a third of it has run from its start
+// (validUntil is start + lease - drift), which may be now or past, for a
+// waiter given the lock earlier or a renewal that took long. Counting from
+// the start, not from the answer, keeps the renewals every third of the
+// lease however slowly Redis answers: counted from the answer, each
+// renewal's round trip added to the period, and round trips of more than a
+// third of the lease (a loaded machine) let the lease run out between two
+// renewals that each succeeded.
+func untilRenewal(validUntil time.Time, lease time.Duration) time.Duration {
+	return max(time.Until(validUntil.Add(drift(lease)))-lease*2/3, 0)
 }
 
 // stopTimers stops the watchdog and the lease timer. l.mu is held.
@@ -76,7 +87,8 @@ func (l *Lock) Key() string { return l.name }
 func (l *Lock) Token() int64 { return l.token }
 
 // Tokens returns the fencing token of each node: for a single Redis, one;
-// for Redlock, one per node (0 where the lock was not acquired). Any two
+// for Redlock, one per node (0 where the lock was not acquired, or not
+// awaited: a node that had not answered when a quorum had). Any two
 // Redlock majorities share a node, so a resource can fence Redlock holders
 // with these: keep, per node, the largest token seen, and accept a write only
 // if none of its non-zero tokens is below the one kept for that node (then
@@ -148,7 +160,8 @@ func (l *Lock) unlockAndReport(lost error) {
 }
 
 // renew is the watchdog: it runs every third of the lease while the lock is
-// held, and more often while renewals fail. The lease timer, not the
+// held (counted from the start of the lease it renews: see untilRenewal),
+// and more often while renewals fail. The lease timer, not the
 // renewal, declares the lock lost when the lease runs out: a renewal may
 // hang longer than that (go-redis ignores context deadlines by default).
 func (l *Lock) renew() {
@@ -182,7 +195,7 @@ func (l *Lock) renew() {
 		if lease == l.renewLease { // else Extend changed it meanwhile, and set both
 			l.validUntil = start.Add(lease - drift(lease))
 			l.deadline.Reset(time.Until(l.validUntil))
-			l.timer.Reset(lease / 3)
+			l.timer.Reset(untilRenewal(l.validUntil, lease))
 		}
 	case refused:
 		lost = l.lose(fmt.Errorf("%w: renewal refused: the lock expired or was taken over", ErrLost))
@@ -253,7 +266,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		}
 		if l.watchdog {
 			l.renewLease = ttl
-			l.timer.Reset(ttl / 3)
+			l.timer.Reset(untilRenewal(l.validUntil, ttl))
 		}
 		return nil
 	case refused:

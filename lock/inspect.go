@@ -66,17 +66,20 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (State, error) {
 	return c.describe(ctx, name, forceScript, []string{c.fifo(), c.chanbase}, 1)
 }
 
+// inspectTimeout bounds how long Inspect and ForceUnlock await a node.
+const inspectTimeout = time.Second
+
 // describe runs the inspect or force script on every node, and merges
 // their answers: the holds present on at least need nodes.
 func (c *Client) describe(ctx context.Context, name string, s *script, args []string, need int) (State, error) {
 	k := c.keys(name)
-	res := each(c, ctx, nodeTimeout(DefaultLease), func(ctx context.Context, r Redis) (State, error) {
+	res := each(c, ctx, inspectTimeout, func(ctx context.Context, r Redis) (State, error) {
 		out, err := runStrings(ctx, r, s, k[:], args)
 		if err != nil {
 			return State{}, err
 		}
 		return parseState(name, out)
-	})
+	}, nil)
 	if !c.redlock() {
 		return res[0].v, res[0].err
 	}

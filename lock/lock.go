@@ -53,10 +53,18 @@ func New(r Redis, opts ...Option) *Client {
 // independent Redis servers (not replicas of one another, not one Cluster):
 // a lock is held when a majority of them granted it within its validity,
 // lease - elapsed - drift, where drift is 1% of the lease plus 2 ms. Requests
-// go to all nodes in parallel, and the answers are awaited for a tenth of
-// the lease at most (50 ms to 1 s): a node that hangs counts as failed,
-// whether or not its client honours context deadlines. A failed acquisition
-// is released everywhere.
+// go to all nodes in parallel, and an operation ends as soon as a quorum has
+// answered yes, so a node that is down or hangs costs nothing while a quorum
+// answers (Lock.Tokens then has no token of it, nor of a node that answered
+// after the quorum). Otherwise the nodes are awaited for a third of the
+// lease at most (a quorum that answers within it leaves two thirds of the
+// lease), and a node that has not answered by then counts as failed,
+// whether or not its client honours context deadlines. A failed
+// acquisition is released everywhere.
+// Lock tries again after an attempt that failed for nodes that did not
+// answer or answered with an error, on its retry strategy's schedule, until
+// ctx ends (then its error holds the last attempt's QuorumError too);
+// TryLock returns the QuorumError.
 //
 // Every node issues its own fencing token, so one number cannot order
 // Redlock holders: Lock.Token returns the largest, for logs, and Lock.Tokens
@@ -180,8 +188,10 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...LockOption) (
 // gives up, ErrNotObtained.
 //
 // A reentrant acquisition by the owner that holds the lock does not wait.
-// Redlock has no line: a release wakes the first waiter of each node, and
-// whoever asks first gets the lock.
+// On one Redis, a Redis error ends the wait: Lock returns it. Redlock has
+// no line: a release wakes the first waiter of each node, and whoever asks
+// first gets the lock; an attempt that no quorum answered is tried again
+// (see NewRedlock).
 func (c *Client) Lock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	cfg, err := config(opts)
 	if err != nil {
@@ -267,7 +277,7 @@ func (c *Client) waitFor(ctx context.Context, l *Lock) error {
 	if err == nil {
 		return nil
 	}
-	if !errors.Is(err, ErrNotObtained) || errors.Is(err, ErrKind) {
+	if !c.waitOn(err) {
 		return notObtained(ctx, err)
 	}
 	keep := keepEvery(l.lease)
@@ -290,9 +300,9 @@ func (c *Client) waitFor(ctx context.Context, l *Lock) error {
 		woken := false
 		select {
 		case <-ctx.Done():
-			return c.leave(ctx, l, fmt.Errorf("%w (%w)", ErrNotObtained, ctx.Err()))
+			return c.leave(ctx, l, c.waitEnded(ctx.Err(), err))
 		case <-c.ctx.Done():
-			return c.leave(ctx, l, fmt.Errorf("%w (%w)", ErrNotObtained, ErrClosed))
+			return c.leave(ctx, l, c.waitEnded(ErrClosed, err))
 		case <-w.wake:
 			if token, slot, ok := c.waiters.granted(w); ok && token > l.polled {
 				l.token, l.slot, l.acquired = token, slot, sent
@@ -316,7 +326,7 @@ func (c *Client) waitFor(ctx context.Context, l *Lock) error {
 			n++
 			d := l.retry.Backoff(n)
 			if d <= 0 {
-				return c.leave(ctx, l, err)
+				return c.leave(ctx, l, gaveUp(err))
 			}
 			retryAt = now.Add(jitter(d))
 			poll = poll || c.redlock()
@@ -328,11 +338,41 @@ func (c *Client) waitFor(ctx context.Context, l *Lock) error {
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, ErrNotObtained) || errors.Is(err, ErrKind) {
+		if !c.waitOn(err) {
 			return c.leave(ctx, l, notObtained(ctx, err))
 		}
 		sent = now
 	}
+}
+
+// waitOn reports whether a waiter goes on waiting after an attempt that
+// failed with err: the lock is taken, or, with Redlock, no quorum answered
+// (nodes down, slow or failing: the next attempt may find a quorum).
+func (c *Client) waitOn(err error) bool {
+	if errors.Is(err, ErrKind) {
+		return false
+	}
+	var qe *QuorumError
+	return errors.Is(err, ErrNotObtained) || c.redlock() && errors.As(err, &qe)
+}
+
+// waitEnded is the error of a wait that ended for why (the context's error,
+// or ErrClosed); with Redlock it holds the last attempt's error too, which
+// tells nodes that did not answer from a lock that stayed taken.
+func (c *Client) waitEnded(why, last error) error {
+	if c.redlock() && last != nil {
+		return fmt.Errorf("%w (%w; last attempt: %w)", ErrNotObtained, why, last)
+	}
+	return fmt.Errorf("%w (%w)", ErrNotObtained, why)
+}
+
+// gaveUp is the error of a wait whose retry strategy gave up after an
+// attempt that failed with err: it matches ErrNotObtained.
+func gaveUp(err error) error {
+	if errors.Is(err, ErrNotObtained) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrNotObtained, err)
 }
 
 // keepEvery is how often a waiter refreshes its place in line; a place
@@ -366,7 +406,7 @@ func (c *Client) confirm(ctx context.Context, l *Lock, since time.Time) error {
 // leave takes a waiter out of the line, and releases the lock if it was
 // given it meanwhile; it returns err.
 func (c *Client) leave(ctx context.Context, l *Lock, err error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeTimeout(l.lease))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout(l.lease))
 	defer cancel()
 	c.cancelWait(ctx, l)
 	return err
@@ -377,11 +417,19 @@ func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millis
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
-// nodeTimeout bounds one Redlock request to one node, so that a hung node
-// costs a small part of the lease.
-func nodeTimeout(lease time.Duration) time.Duration {
-	return min(clamp(lease/10, 50*time.Millisecond, time.Second), lease/2)
-}
+// nodeTimeout bounds how long a Redlock operation of a lock with lease
+// awaits the nodes that have not answered, when those that have do not
+// decide it (see each): a third of the lease, so that a quorum that
+// answers within it leaves the holder two thirds, as the watchdog does. A
+// tenth of the lease, 50 ms at least, was too short for a loaded machine
+// (a fifth of 250 ms leases failed an attempt for a node that answered
+// later), and decided nothing a quorum had answered.
+func nodeTimeout(lease time.Duration) time.Duration { return lease / 3 }
+
+// cleanupTimeout bounds the undoing of an acquisition or a wait (the
+// cancel script, a release): longer than the lease is of no use, the hold
+// and the place in line end with it.
+func cleanupTimeout(lease time.Duration) time.Duration { return min(lease, time.Second) }
 
 type result[T any] struct {
 	v   T
@@ -393,10 +441,19 @@ var errNoAnswer = errors.New("no answer from Redis")
 // each runs f on every node in parallel and returns the results by node,
 // waiting for timeout at most: a node that has not answered by then (its
 // client may not honour the context's deadline) fails with errNoAnswer, and
-// its call ends in the background.
-func each[T any](c *Client, ctx context.Context, timeout time.Duration, f func(ctx context.Context, r Redis) (T, error)) []result[T] {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+// its call ends in the background; when ctx ends first, they fail with its
+// error. With yes, each returns as soon as a quorum of nodes answered yes:
+// the nodes that have not answered then fail with errNoAnswer, and their
+// calls go on in the background, until the timeout.
+func each[T any](c *Client, parent context.Context, timeout time.Duration, f func(ctx context.Context, r Redis) (T, error),
+	yes func(T, error) bool) []result[T] {
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	answered := 0
+	defer func() {
+		if answered == len(c.nodes) {
+			cancel()
+		} // else the calls left end with ctx, at the timeout
+	}()
 	type answer struct {
 		i int
 		result[T]
@@ -410,20 +467,37 @@ func each[T any](c *Client, ctx context.Context, timeout time.Duration, f func(c
 	}
 	res := make([]result[T], len(c.nodes))
 	got := make([]bool, len(c.nodes))
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	for range c.nodes {
+	ok := 0
+	decided := false
+wait:
+	for answered < len(c.nodes) {
 		select {
 		case a := <-answers:
 			res[a.i], got[a.i] = a.result, true
-			continue
-		case <-timer.C:
+			answered++
+			if yes != nil && yes(a.v, a.err) {
+				ok++
+			}
+			if ok >= c.quorum {
+				decided = true
+				break wait
+			}
+		case <-ctx.Done():
+			break wait
 		}
-		break
+	}
+	var why error
+	switch {
+	case decided:
+		why = fmt.Errorf("%w yet: not awaited, a quorum had answered", errNoAnswer)
+	case parent.Err() != nil:
+		why = parent.Err()
+	default:
+		why = fmt.Errorf("%w within %v", errNoAnswer, timeout)
 	}
 	for i := range res {
 		if !got[i] {
-			res[i].err = fmt.Errorf("%w within %v", errNoAnswer, timeout)
+			res[i].err = why
 		}
 	}
 	return res
@@ -433,12 +507,22 @@ func each[T any](c *Client, ctx context.Context, timeout time.Duration, f func(c
 // within the timeout is left to answer in the background, its client
 // perhaps still reading the arguments after runAll returned: it gets a
 // copy, so that a caller may reuse its own (acquire reuses the Lock's).
-func (c *Client) runAll(ctx context.Context, lease time.Duration, s *script, keys, args []string) []result[int64] {
+func (c *Client) runAll(ctx context.Context, lease time.Duration, s *script, keys, args []string,
+	yes func(int64, error) bool) []result[int64] {
 	args = slices.Clone(args)
 	return each(c, ctx, nodeTimeout(lease), func(ctx context.Context, r Redis) (int64, error) {
 		return run(ctx, r, s, keys, args)
-	})
+	}, yes)
 }
+
+// What a node answers when a Redlock operation succeeds there (see
+// runAll): acquired, extended, released, held.
+var (
+	acquiredYes = func(v int64, err error) bool { return err == nil && v > 0 }
+	extendedYes = func(v int64, err error) bool { return err == nil && v == 1 }
+	releasedYes = func(v int64, err error) bool { return err == nil && v != 0 }
+	heldYes     = func(v int64, err error) bool { return err == nil && v != -3 }
+)
 
 // fifo is the scripts' argument for waiting in line: no line with Redlock.
 func (c *Client) fifo() string {
@@ -514,7 +598,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, how string, since time.Ti
 		return 0, nil
 	}
 
-	res := c.runAll(ctx, l.lease, acquireScript, keys, args)
+	res := c.runAll(ctx, l.lease, acquireScript, keys, args, acquiredYes)
 	tokens := make([]int64, len(c.nodes))
 	var (
 		ok    int
@@ -597,7 +681,7 @@ func (c *Client) undo(l *Lock) {
 		return
 	}
 	c.wg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), nodeTimeout(l.lease))
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), cleanupTimeout(l.lease))
 		defer cancel()
 		c.cancelWait(ctx, l)
 	})
@@ -606,7 +690,7 @@ func (c *Client) undo(l *Lock) {
 // releaseQuietly undoes a failed or useless acquisition on every node,
 // even when ctx has ended.
 func (c *Client) releaseQuietly(ctx context.Context, l *Lock) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeTimeout(l.lease))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout(l.lease))
 	defer cancel()
 	_, _ = c.release(ctx, l, false)
 }
@@ -619,7 +703,7 @@ func (c *Client) cancelWait(ctx context.Context, l *Lock) {
 		_, _ = run(ctx, c.nodes[0], cancelScript, l.keys[:], args)
 		return
 	}
-	c.runAll(ctx, l.lease, cancelScript, l.keys[:], args)
+	c.runAll(ctx, l.lease, cancelScript, l.keys[:], args, nil)
 }
 
 // status of an extend or release.
@@ -646,7 +730,7 @@ func (c *Client) extend(ctx context.Context, l *Lock, lease time.Duration) (stat
 		return done, nil
 	}
 	start := time.Now()
-	res := c.runAll(ctx, lease, extendScript, keys, args)
+	res := c.runAll(ctx, lease, extendScript, keys, args, extendedYes)
 	ok, no := 0, 0
 	qe := QuorumError{Op: "extend", Quorum: c.quorum}
 	for i, r := range res {
@@ -688,7 +772,7 @@ func (c *Client) release(ctx context.Context, l *Lock, yield bool) (status, erro
 		}
 		return done, nil
 	}
-	res := c.runAll(ctx, l.lease, releaseScript, keys, args)
+	res := c.runAll(ctx, l.lease, releaseScript, keys, args, releasedYes)
 	ok, no := 0, 0
 	qe := QuorumError{Op: "release", Quorum: c.quorum}
 	for i, r := range res {
@@ -732,7 +816,7 @@ func (c *Client) pttl(ctx context.Context, l *Lock) (time.Duration, error) {
 		}
 		return time.Duration(max(v, 0)) * time.Millisecond, nil
 	}
-	res := c.runAll(ctx, l.lease, ttlScript, keys, args)
+	res := c.runAll(ctx, l.lease, ttlScript, keys, args, heldYes)
 	var ttls []time.Duration
 	no := 0
 	qe := QuorumError{Op: "ttl", Quorum: c.quorum}

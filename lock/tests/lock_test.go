@@ -221,9 +221,10 @@ func TestWatchdog(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		// The next renewal is due a third of the lease after the previous
-		// one succeeded (sooner after a failure). The gaps between renewals
-		// show that period however long single renewals took on a loaded
-		// machine; the median ignores the odd late timer.
+		// one started, when the lease it renewed began (sooner after a
+		// failure; at once if the previous one took longer). The gaps
+		// between the renewals' starts show that period; the median ignores
+		// the odd late timer.
 		held := rs.list()
 		if len(held) < 6 {
 			t.Fatalf("%d renewals in 3 leases, want about 9", len(held))
@@ -234,7 +235,7 @@ func TestWatchdog(t *testing.T) {
 				t.Logf("renewal %d failed: %v", i-1, err)
 				continue
 			}
-			gap := held[i].start.Sub(held[i-1].end)
+			gap := held[i].start.Sub(held[i-1].start)
 			if gap < lease/3-5*time.Millisecond {
 				t.Errorf("renewal %d came %v after the previous one, before a third of the lease", i, gap)
 			}

@@ -258,8 +258,10 @@ type checked struct {
 
 // check asks Redis whether l, just returned by Lock or Acquire, is held, in
 // its own slot, with a lease that lasts at least until its ValidUntil. A
-// hold whose validity ended before the question was sent claims nothing:
-// check finds no problem with it.
+// hold whose validity ended before a question was sent claims nothing:
+// check finds no problem with it. (A loaded machine stalled the check
+// between its two questions for longer than the hold's validity: the
+// second found the lock free, as it may be by then.)
 func check(ctx context.Context, c *lock.Client, name string, l *lock.Lock, err error) checked {
 	if err != nil {
 		return checked{err: err}
@@ -274,7 +276,7 @@ func check(ctx context.Context, c *lock.Client, name string, l *lock.Lock, err e
 		st, err = c.Inspect(ctx, name)
 	}
 	switch {
-	case !before.Before(valid):
+	case !before.Before(valid), err == nil && !after.Before(valid):
 	case errors.Is(err, lock.ErrNotHeld):
 		out.problem = fmt.Sprintf("valid for %v more, token %d, slot %d: Redis does not hold it", valid.Sub(before), l.Token(), l.Slot())
 	case err != nil:

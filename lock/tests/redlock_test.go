@@ -20,17 +20,19 @@ import (
 )
 
 // redlockDial makes one node's lock.Redis with a client that honours
-// context deadlines, which Redlock's per-node timeouts rely on.
+// context deadlines, which Redlock's per-node timeouts rely on. Its own
+// timeouts allow for a loaded 2-core machine under -race: rueidis's
+// handshake with a new redis-server took longer than 200 ms there.
 var redlockDial = map[string]func(t testing.TB, addr string) lock.Redis{
 	"goredis": func(t testing.TB, addr string) lock.Redis {
-		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second,
 			ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
 		return goredis.New(c)
 	},
 	"rueidis": func(t testing.TB, addr string) lock.Redis {
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableRetry: true,
-			ConnWriteTimeout: 200 * time.Millisecond})
+			ConnWriteTimeout: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -391,4 +393,79 @@ func (s *straggler) EvalSHAStrings(ctx context.Context, sha string, keys, args [
 func (s *straggler) EvalStrings(ctx context.Context, src string, keys, args []string) ([]string, error) {
 	s.hang(args)
 	return s.Redis.EvalStrings(ctx, src, keys, args)
+}
+
+// TestRedlockWaitsForQuorum: Lock goes on trying while no quorum answers
+// (two of three nodes frozen: their calls wait until they thaw or the
+// call's context ends), each attempt awaiting the nodes for a third of the
+// lease, and succeeds once a quorum answers again; it used to return the
+// first attempt's QuorumError. TryLock returns that error; a Lock whose
+// context ends first returns ErrNotObtained with the context's error and
+// the last attempt's QuorumError.
+func TestRedlockWaitsForQuorum(t *testing.T) {
+	t.Parallel()
+	addr := testenv.RedisAddr(t)
+	prefix := testenv.Prefix(t) + ":"
+	var nodes []*freezable
+	var rs []lock.Redis
+	for db := range 3 {
+		c := redis.NewClient(&redis.Options{Addr: addr, DB: db, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		n := &freezable{Redis: goredis.New(c)}
+		nodes = append(nodes, n)
+		rs = append(rs, n)
+	}
+	const lease = 900 * time.Millisecond // a node is awaited for 300 ms
+	var mu sync.Mutex
+	var failed []time.Duration // attempts that no quorum answered
+	c := lock.NewRedlock(rs, lock.WithPrefix(prefix), lock.WithHooks(lock.Hooks{
+		Attempt: func(_ string, d time.Duration, err error) {
+			// (an attempt that the context of Lock ended is not counted)
+			var qe *lock.QuorumError
+			if errors.As(err, &qe) && !errors.Is(err, lock.ErrNotObtained) && !errors.Is(err, context.DeadlineExceeded) {
+				mu.Lock()
+				failed = append(failed, d)
+				mu.Unlock()
+			}
+		},
+	}))
+	t.Cleanup(func() { c.Close() })
+	ctx := ctxTimeout(t, 30*time.Second)
+	attempts := func() []time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(failed)
+	}
+
+	thaw1, thaw2 := nodes[1].freeze(), nodes[2].freeze()
+	_, err := c.TryLock(ctx, "q", lock.WithTTL(lease))
+	var qe *lock.QuorumError
+	if !errors.As(err, &qe) || qe.OK != 1 || errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("TryLock with 2 of 3 nodes frozen: %v, want a QuorumError with 1 of 2", err)
+	}
+
+	short, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	_, err = c.Lock(short, "q", lock.WithTTL(lease))
+	cancel()
+	if !errors.Is(err, lock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &qe) {
+		t.Fatalf("Lock until its context ended: %v, want ErrNotObtained, DeadlineExceeded and the last QuorumError", err)
+	}
+
+	before := len(attempts())
+	got := lockAsync(func() (*lock.Lock, error) { return c.Lock(ctx, "q", lock.WithTTL(lease)) })
+	waitFor(t, 10*time.Second, "two attempts without a quorum", func() bool { return len(attempts()) >= before+2 })
+	thaw1()
+	l := (<-got).must(t)
+	if tok := l.Tokens(); tok[0] == 0 || tok[1] == 0 {
+		t.Errorf("tokens %v, want nodes 0 and 1", tok)
+	}
+	for _, d := range attempts() {
+		if d < lease/3 {
+			t.Errorf("an attempt without a quorum gave up after %v, before the per-node timeout of %v", d, lease/3)
+		}
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	thaw2()
 }
