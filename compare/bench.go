@@ -182,6 +182,7 @@ func (b *Bench) Measure(ctx context.Context, strategy string) (Round, error) {
 		RepeatShare: b.cfg.RepeatShare,
 		Requests:    b.cfg.Requests,
 		Duration:    b.cfg.Duration,
+		Timeout:     b.cfg.Timeout,
 		Seed:        b.cfg.Seed,
 	})
 	cpu, redisCPU := processCPU()-cpu0, b.redisCPU(ctx)-redis0

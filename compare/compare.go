@@ -121,6 +121,9 @@ type Config struct {
 	Requests int64
 	// Duration caps the crowd of each round of a strategy. Default 5s.
 	Duration time.Duration
+	// Timeout bounds one request of the crowd: one that takes longer
+	// counts as failed (loadgen.Config.Timeout). Default 5s.
+	Timeout time.Duration
 	// Rounds is how often each strategy is measured, on a fresh sale each
 	// time; the rounds go through all strategies in turn, so that a change
 	// in the load of a shared machine touches them all alike. Default 3.
@@ -130,7 +133,7 @@ type Config struct {
 	Seed uint64
 
 	// LockWait bounds how long a grab waits for a lock before it answers
-	// 503 busy (the seeds: 100-200 ms). Default 200ms.
+	// 503 unavailable, busy (the seeds: 100-200 ms). Default 200ms.
 	LockWait time.Duration
 	// LockTTL is the fixed lease of every lock; there is no watchdog.
 	// Default 3s.

@@ -30,9 +30,13 @@ func smallCrowd(t *testing.T, dbURL string, strategies ...string) compare.Config
 		RepeatShare: 0.3,
 		Requests:    600,
 		Rounds:      1,
-		Duration:    20 * time.Second,
-		LockWait:    time.Second, // the race detector slows the holders down
-		Log:         slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// The requests bound a round; the time caps are backstops: on a
+		// loaded machine under -race db-only's buyers, who take turns on a
+		// row lock, waited more than the default 5 s each (counted failed).
+		Duration: time.Minute,
+		Timeout:  30 * time.Second,
+		LockWait: time.Second, // the race detector slows the holders down
+		Log:      slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 }
 
@@ -42,7 +46,7 @@ func sqliteURL(t *testing.T) string {
 
 func run(t *testing.T, cfg compare.Config) *compare.Table {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	table, err := compare.Run(ctx, cfg)
 	if err != nil {
