@@ -53,9 +53,19 @@
 // goroutines on one key, 0.12 scripts per acquisition. A hold passed on
 // keeps the lease as it stands (renewed first when less than a third is
 // left) and gets a fencing token of its own (see below). Other holds (a
-// fixed lease, metadata, a reentrant owner, semaphores, read-write locks,
-// Redlock) each wait in the Redis line, where a release passes a plain
-// mutex to the releasing client's first waiter up to 8 times in a row.
+// fixed lease, metadata, a reentrant owner, a retry strategy given with
+// WithRetry, semaphores, read-write locks, Redlock) each wait in the Redis
+// line, where a release passes a plain mutex to the releasing client's
+// first waiter up to 8 times in a row: under contention within a process,
+// fewer holds per second (see LockOption).
+//
+// # Reentrancy
+//
+// WithReentrant(owner) lets in whoever presents the same owner string while
+// the owner holds the lock, in any process, with the holder's fencing token:
+// the string is a password, not an identity, and the lock does not bind it
+// to a client. Make it unguessable and proper to one piece of work (a
+// random job ID), never a constant or a name two workers share.
 //
 // # Keys
 //

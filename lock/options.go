@@ -33,6 +33,15 @@ func WithHooks(h Hooks) Option {
 
 // LockOption configures one acquisition: of a mutex, a semaphore permit, or
 // a read or write hold of a read-write lock.
+//
+// The fast path is a plain mutex taken with the defaults (a lease set by
+// WithWatchdog is fine): goroutines of one client that Lock it form a
+// cohort, and a hold is passed on among them in-process, without Redis
+// (see Client.Lock). WithTTL, WithMetadata, WithRetry and WithReentrant
+// each leave it: such a Lock waits in the Redis line on its own, two round
+// trips per acquisition under contention (issue 25 measured 429 holds/s
+// off the fast path against 723 on it, 4 processes of 4 goroutines, 1 ms
+// holds). Use them where their meaning is needed, not by habit.
 type LockOption func(*lockConfig)
 
 type lockConfig struct {
@@ -48,8 +57,9 @@ type lockConfig struct {
 // WithTTL gives the lock a fixed lease (at least 10 ms): no watchdog renews
 // it; it expires ttl after acquisition unless extended with Lock.Extend,
 // and its context ends when the lease runs out. It conflicts with
-// WithWatchdog: given both, TryLock and Lock return an error. Default: a
-// watchdog with a 30 s lease.
+// WithWatchdog: given both, TryLock and Lock return an error. It leaves the
+// fast path (see LockOption): a fixed lease runs from its own acquisition,
+// and cannot be passed on. Default: a watchdog with a 30 s lease.
 func WithTTL(ttl time.Duration) LockOption {
 	return func(o *lockConfig) {
 		o.lease, o.watchdog = ttl, false
@@ -71,8 +81,10 @@ func WithWatchdog(lease time.Duration) LockOption {
 // WithRetry sets when Lock gives up: after the retries of s (see
 // RetryStrategy). On one Redis a waiter waits in line and is given the lock,
 // so retries send nothing; with Redlock each retry is an attempt. NoRetry
-// makes Lock a TryLock. TryLock ignores it. Default: DefaultRetry(): wait
-// until ctx ends.
+// makes Lock a TryLock. TryLock ignores it. Given at all, even as
+// DefaultRetry(), it leaves the fast path (see LockOption); to bound the
+// wait on one Redis, a context deadline keeps it. Default: DefaultRetry():
+// wait until ctx ends.
 func WithRetry(s RetryStrategy) LockOption {
 	return func(o *lockConfig) { o.retry, o.retrySet = s, true }
 }
@@ -83,7 +95,16 @@ func WithRetry(s RetryStrategy) LockOption {
 // every hold is released or expired, and no hold shortens another's lease.
 // The owner identifies the holder across calls and processes (a request
 // ID, a job ID); an owner of "" means not reentrant. Semaphores and
-// read-write locks refuse it. Default: not reentrant.
+// read-write locks refuse it. It leaves the fast path (see LockOption).
+// Default: not reentrant.
+//
+// The owner string is all it takes: any goroutine, client or process that
+// passes the same owner while it holds the lock gets in at once, beside the
+// holder, with the same fencing token, so neither the lock nor a fencing
+// resource keeps them apart. The lock does not bind the owner to a client
+// or check who presents it. Use an owner that only the holder knows, made
+// for the one piece of work the lock protects (a random job ID), never a
+// constant, a user name or anything two workers may share.
 func WithReentrant(owner string) LockOption {
 	return func(o *lockConfig) { o.owner = owner }
 }

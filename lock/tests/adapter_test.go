@@ -23,8 +23,9 @@ until t[1] * 1000000 + t[2] - start >= tonumber(ARGV[1])
 return 1`
 
 // TestRueidisDeadlineKeepsConnection: a call whose deadline passes before
-// Redis answers fails with context.DeadlineExceeded, and the other calls
-// that share its connection meanwhile are answered. rueidis sends a call
+// Redis answers fails with context.DeadlineExceeded (or returns the answer,
+// if that was in by the time its stalled caller looked), and the other
+// calls that share its connection meanwhile are answered. rueidis sends a call
 // with a deadline on an idle connection by itself, with the deadline on
 // the socket; a late answer broke the connection, and the calls queued
 // behind it failed with "context deadline exceeded" too. The lock sets
@@ -64,7 +65,8 @@ func TestRueidisDeadlineKeepsConnection(t *testing.T) {
 		if err != nil || v != 2 {
 			t.Errorf("round %d: a call behind one past its deadline: %v, %v", i, v, err)
 		}
-		if err := <-late; !errors.Is(err, context.DeadlineExceeded) {
+		// its answer, when the caller was stalled until both were there
+		if err := <-late; err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("round %d: a call past its deadline: %v, want context.DeadlineExceeded", i, err)
 		}
 	}

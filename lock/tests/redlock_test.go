@@ -123,7 +123,7 @@ func TestRedlock(t *testing.T) {
 						}
 						time.Sleep(2 * time.Millisecond)
 						holders.Add(-1)
-						if err := l.Unlock(ctx); err != nil {
+						if err := unlockRedlock(ctx, l); err != nil {
 							t.Error(err)
 						}
 						if killed.Load() {
@@ -195,6 +195,26 @@ func TestRedlock(t *testing.T) {
 				t.Error("no lost signal with 3 of 5 nodes down")
 			}
 		})
+	}
+}
+
+// unlockRedlock releases l, and tries again while no quorum answers, as
+// Unlock's documentation allows, until the hold's validity has ended (it is
+// gone by then). On a loaded 2-core machine under -race two of five
+// redis-servers once left a release unanswered for the 1 s a node is
+// awaited.
+func unlockRedlock(ctx context.Context, l *lock.Lock) error {
+	valid := l.ValidUntil()
+	for {
+		err := l.Unlock(ctx)
+		var qe *lock.QuorumError
+		if !errors.As(err, &qe) {
+			return err
+		}
+		if !time.Now().Before(valid) {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
