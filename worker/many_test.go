@@ -485,3 +485,31 @@ func TestClaimBacklog(t *testing.T) {
 	}
 	t.Logf("a dead consumer's %d pending orders claimed and written in %v", n, took.Round(time.Millisecond))
 }
+
+// slowStore is a store whose listing of activities takes delay.
+type slowStore struct {
+	seckill.Store
+	delay time.Duration
+}
+
+func (s slowStore) Activities(ctx context.Context, since time.Time) ([]seckill.Activity, error) {
+	time.Sleep(s.delay)
+	return s.Store.Activities(ctx, since)
+}
+
+// TestSlowDiscovery: a refresh of the activities that takes longer than
+// its interval (a loaded database, thousands of sales) does not keep the
+// worker from its rounds: an order is still written, woken.
+func TestSlowDiscovery(t *testing.T) {
+	s := newSales(t, 2, 10, time.Hour)
+	w := New(slowStore{s.store, 100 * time.Millisecond}, s.wEngine,
+		Config{Consumer: "w", Poll: time.Hour, ClaimIdle: time.Hour, Discover: 20 * time.Millisecond}, s.log, nil)
+	start(t, w)
+	time.Sleep(300 * time.Millisecond)
+	r, err := s.api.Grab(context.Background(), s.acts[1].ID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := testenv.WaitFor(t, "an order written while every refresh outlasts its interval", func() bool { return s.written(t, r.OrderID) })
+	t.Logf("written %v after its grab", took.Round(time.Millisecond))
+}

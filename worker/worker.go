@@ -254,6 +254,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer poll.Stop()
 	nextTrim := time.Now().Add(w.cfg.TrimEvery)
 	w.discover(ctx, streams, retired)
+	// rediscover refreshes the list of activities and retires the ended
+	// ones. The next refresh is due a whole Discover after this one ended:
+	// one slower than the interval (a loaded database, thousands of
+	// sales) would otherwise find the next tick ready at once, every time,
+	// and keep the loop from its rounds.
+	rediscover := func() {
+		w.discover(ctx, streams, retired)
+		w.retire(ctx, streams, retired)
+		discover.Reset(w.cfg.Discover)
+	}
 
 	// event handles what woke the loop; it reports whether to poll.
 	event := func(m any) (pollNow bool) {
@@ -277,8 +287,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			case m := <-wake:
 				pollNow = event(m) || pollNow
 			case <-discover.C:
-				w.discover(ctx, streams, retired)
-				w.retire(ctx, streams, retired)
+				rediscover()
 			case <-poll.C:
 				pollNow = true
 			case <-w.prober.ready:
@@ -319,8 +328,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			case m := <-wake:
 				pollNow = event(m)
 			case <-discover.C:
-				w.discover(ctx, streams, retired)
-				w.retire(ctx, streams, retired)
+				rediscover()
 			case <-poll.C:
 				pollNow = true
 			case <-w.prober.ready:
