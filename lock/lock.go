@@ -272,6 +272,8 @@ func (c *Client) waitFor(ctx context.Context, l *Lock) error {
 	// still come after it, when the waiter was paused past the grant's lease:
 	// a poll tells the fencing tokens issued before it (l.polled), and a
 	// grant with no token above them is confirmed with Redis, never believed.
+	// So is a grant that a poll found given too long after the attempt before
+	// it to be of use: the poll released it to the next waiter (acquire).
 	sent := time.Now()
 	hint, err := c.acquire(ctx, l, attemptWait, sent)
 	if err == nil {
@@ -587,12 +589,23 @@ func (c *Client) acquire(ctx context.Context, l *Lock, how string, since time.Ti
 			return 0, err
 		}
 		if held {
-			start = since // the lock was given to the waiter earlier
+			// The lock was given to the waiter earlier: after since, unless
+			// by a grant that an earlier poll found too old to use (below)
+			// and failed to release, whose lease began before that poll.
+			start = since
+			if v <= l.polled {
+				start = time.Time{}
+			}
 		}
 		l.token, l.slot = v, int(slot)
 		l.validUntil = start.Add(l.lease - drift(l.lease))
 		if !time.Now().Before(l.validUntil) {
-			// granted, but too slowly to be of use
+			// Granted, but too slowly to be of use: released, to the next
+			// waiter. A grant's message may still come for this hold, and
+			// is not to be believed (see waitFor).
+			if held {
+				l.polled = max(l.polled, v)
+			}
 			c.releaseQuietly(ctx, l)
 			return 0, ErrNotObtained
 		}
