@@ -216,8 +216,11 @@ func redlockClient(t *testing.T, nodes []*testenv.RedisServer, prefix string) *l
 	var rs []lock.Redis
 	for _, n := range nodes {
 		// No retries and short timeouts: a node that is down must cost
-		// little of the lease, as the Redlock algorithm asks.
-		rdb := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+		// little of the lease, as the Redlock algorithm asks. One dial a
+		// connection (go-redis dials five times, 100 ms apart): a call
+		// that Lock no longer awaits must not reach a node restarted
+		// meanwhile and take the lock there behind the test's back.
+		rdb := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond,
 			ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
 		t.Cleanup(func() { rdb.Close() })
 		rs = append(rs, goredislock.New(rdb))
@@ -228,7 +231,7 @@ func redlockClient(t *testing.T, nodes []*testenv.RedisServer, prefix string) *l
 }
 
 // TestRedlockNodeRestart: Redlock over three redis-server processes
-// without persistence, 2s leases. Client A holds the lock on exactly two
+// without persistence, 6s leases. Client A holds the lock on exactly two
 // nodes (the third was down when it acquired). In the middle of A's
 // critical section one of A's two nodes is killed with kill -9:
 //
@@ -271,16 +274,25 @@ func redlockRestart(t *testing.T, delayed bool) register.Verdict {
 	reg, _ := freshRegister(t)
 	prefix := testenv.Prefix(t) + ":lock:"
 	const name = "register"
-	lease := 2 * time.Second
+	// Long enough that, on a loaded machine, B takes the lock within A's
+	// lease in the control (node 1 restarted, B's acquisition, its write):
+	// with 2 s, B was sometimes too late to overlap A, and the control saw
+	// nothing to report.
+	lease := 6 * time.Second
 	clients := []*lock.Client{redlockClient(t, nodes, prefix), redlockClient(t, nodes, prefix), redlockClient(t, nodes, prefix)}
 	ctx := context.Background()
 	var h history
 	var faults cluster.Counter
 
 	// cs runs one critical section of client c under l: read, wait, write
-	// if the lock is still valid by this process's clock.
+	// if the lease it was granted still runs by this process's clock. (The
+	// library also drops a Redlock hold whose quorum it sees lost, and A's
+	// ValidUntil would then end the section early; the lease granted is
+	// what Redlock's promise is about, and what a restart without
+	// persistence breaks.)
 	cs := func(c int, l *lock.Lock, wait func()) error {
 		op := register.Op{Client: c, Token: l.Token(), Call: time.Now().UnixNano()}
+		valid := l.ValidUntil()
 		var err error
 		if op.Read, err = reg.Read(ctx); err != nil {
 			return err
@@ -288,7 +300,7 @@ func redlockRestart(t *testing.T, delayed bool) register.Verdict {
 		if wait != nil {
 			wait()
 		}
-		if time.Now().Before(l.ValidUntil()) {
+		if time.Now().Before(valid) {
 			if op.Wrote, err = reg.Write(ctx, op.Read+1, 0); err != nil {
 				return err
 			}
@@ -330,6 +342,7 @@ func redlockRestart(t *testing.T, delayed bool) register.Verdict {
 	if tok := la.Tokens(); len(tok) != 3 || tok[0] == 0 || tok[1] == 0 || tok[2] != 0 {
 		t.Fatalf("A holds the nodes %v, want 0 and 1", tok)
 	}
+	aValid := la.ValidUntil()
 	if err := nodes[2].Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -348,11 +361,18 @@ func redlockRestart(t *testing.T, delayed bool) register.Verdict {
 			restarted <- nodes[1].Start()
 		}
 		faults.Add("redlock node restart without persistence")
+		// B dials afresh, as a process that starts now would: its first
+		// request to the restarted node finds a live connection (the
+		// test's clients do not retry a request on a broken one).
+		b := clients[1]
+		if !delayed {
+			b = redlockClient(t, nodes, prefix)
+		}
 		go func() {
 			defer close(bDone)
 			wctx, cancel := context.WithTimeout(ctx, 4*lease)
 			defer cancel()
-			lb, err := clients[1].Lock(wctx, name, lock.WithTTL(lease))
+			lb, err := b.Lock(wctx, name, lock.WithTTL(lease))
 			if err != nil {
 				bErr = fmt.Errorf("B: lock: %w", err)
 				return
@@ -361,11 +381,11 @@ func redlockRestart(t *testing.T, delayed bool) register.Verdict {
 				_ = lb.Unlock(ctx)
 			}
 		}()
-		// A's critical section lasts until B is done or A's validity nearly
+		// A's critical section lasts until B is done or A's lease nearly
 		// ends, whichever comes first.
 		select {
 		case <-bDone:
-		case <-time.After(time.Until(la.ValidUntil().Add(-200 * time.Millisecond))):
+		case <-time.After(time.Until(aValid.Add(-200 * time.Millisecond))):
 		}
 	})
 	if err != nil {

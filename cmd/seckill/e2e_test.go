@@ -206,7 +206,10 @@ func (in *instance) waitOrders(orders map[string]int64) map[string]string {
 }
 
 // crowd sends one grab per (user, click) concurrently and returns the order
-// ids answered per user and the count of replies per status.
+// ids answered per user and the count of replies per status. A click
+// answered 503 unavailable or 504 outcome_unknown (Redis slow to answer on
+// a loaded machine) is sent again, as the API asks of a client, up to 10
+// times; statuses counts the final answers.
 func (in *instance) crowd(id int64, users []int64) (map[int64]map[string]bool, map[int]int) {
 	in.t.Helper()
 	var mu sync.Mutex
@@ -220,6 +223,11 @@ func (in *instance) crowd(id int64, users []int64) (map[int64]map[string]bool, m
 			defer wg.Done()
 			<-start
 			r := in.grab(id, uid)
+			for try := 0; try < 10 && (r.status == http.StatusServiceUnavailable && r.code() == "unavailable" ||
+				r.status == http.StatusGatewayTimeout && r.code() == "outcome_unknown"); try++ {
+				time.Sleep(50 * time.Millisecond)
+				r = in.grab(id, uid)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			statuses[r.status]++
