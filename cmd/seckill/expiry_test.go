@@ -73,9 +73,11 @@ func expiryRace(t *testing.T, dbURL string) {
 	}
 	gauge := func(i int, name string) float64 { return scrape(t, metrics[i], name) }
 	leader := -1
+	// A worker serves /metrics before it has connected and started its
+	// expiry job, whose gauges appear then.
 	testenv.WaitFor(t, "a worker leads the expiry job", func() bool {
 		for i := range workers {
-			if gauge(i, "seckill_expiry_leader") == 1 {
+			if v, ok := scraped(t, metrics[i], "seckill_expiry_leader"); ok && v == 1 {
 				leader = i
 				return true
 			}
@@ -352,6 +354,16 @@ func pay(c *http.Client, base string, oid, uid int64) (reply, error) {
 // scrape reads one unlabelled metric from a /metrics page.
 func scrape(t *testing.T, url, name string) float64 {
 	t.Helper()
+	v, ok := scraped(t, url, name)
+	if !ok {
+		t.Fatalf("%s has no %s", url, name)
+	}
+	return v
+}
+
+// scraped is scrape that reports a metric not (yet) exposed.
+func scraped(t *testing.T, url, name string) (float64, bool) {
+	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatalf("scrape %s: %v", url, err)
@@ -364,11 +376,10 @@ func scrape(t *testing.T, url, name string) float64 {
 			if err != nil {
 				t.Fatalf("%s: %q: %v", url, sc.Text(), err)
 			}
-			return f
+			return f, true
 		}
 	}
-	t.Fatalf("%s has no %s", url, name)
-	return 0
+	return 0, false
 }
 
 // TestExpiryFlags: bad values of the expiry and worker flags are refused,
