@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -338,6 +339,10 @@ func failover(t *testing.T, e *stock.Engine, activity int64, master *testenv.Red
 	defer func() { cancel(); wg.Wait() }()
 	testenv.WaitFor(t, "grabs succeed before the kill", okBefore.Load)
 
+	// The sale must be on the replicas before the kill (on a loaded machine
+	// a replica can lag the load by seconds, and one promoted without the
+	// activity answers "not loaded", which here nothing rebuilds).
+	replicated(t, master)
 	master.Kill() // returns once the process is gone
 	killed := time.Now()
 	killedAt.Store(killed.UnixNano())
@@ -354,4 +359,49 @@ func failover(t *testing.T, e *stock.Engine, activity int64, master *testenv.Red
 	if d := answered.Sub(seen); d > 20*time.Second {
 		t.Fatalf("the sale answered again %s after the promotion, want well under 20s", d)
 	}
+}
+
+// replicated waits until every replica of master has acknowledged the
+// replication offset master had when called.
+func replicated(t *testing.T, master *testenv.RedisServer) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: master.Addr})
+	defer rdb.Close()
+	offset := func(info, field string) []int64 {
+		var out []int64
+		for _, line := range strings.Split(info, "\r\n") {
+			if field == "offset=" {
+				if !strings.HasPrefix(line, "slave") {
+					continue
+				}
+				for _, kv := range strings.Split(line, ",") {
+					if v, ok := strings.CutPrefix(kv, field); ok {
+						n, _ := strconv.ParseInt(v, 10, 64)
+						out = append(out, n)
+					}
+				}
+			} else if v, ok := strings.CutPrefix(line, field); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	info := rdb.Info(context.Background(), "replication").Val()
+	want := offset(info, "master_repl_offset:")
+	if len(want) != 1 {
+		t.Fatalf("no master_repl_offset in INFO of %s:\n%s", master.Addr, info)
+	}
+	testenv.WaitFor(t, "the replicas have the sale", func() bool {
+		got := offset(rdb.Info(context.Background(), "replication").Val(), "offset=")
+		if len(got) == 0 {
+			return false
+		}
+		for _, n := range got {
+			if n < want[0] {
+				return false
+			}
+		}
+		return true
+	})
 }
