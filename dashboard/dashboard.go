@@ -45,6 +45,10 @@ type Config struct {
 	// Store and Engine are the service's database and Redis. Required.
 	Store  seckill.Store
 	Engine *stock.Engine
+	// Observer reads the activities' state in Redis; share the one that
+	// serves /metrics (stock.Collector) so that both views read Redis
+	// once. Default: one of the dashboard's own over Engine.
+	Observer *stock.Observer
 	// Metrics is gathered once per tick for the grab counters
 	// (seckill_grabs_total) and the grab route's latency histogram
 	// (seckill_http_request_seconds). Give it a registry of those two
@@ -97,6 +101,9 @@ func New(cfg Config) *Dashboard {
 	}
 	if cfg.Activities <= 0 {
 		cfg.Activities = DefaultActivities
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = stock.NewObserver(cfg.Engine)
 	}
 	if cfg.MaxViewers <= 0 {
 		cfg.MaxViewers = DefaultMaxViewers
@@ -172,19 +179,6 @@ func cleaned(p string) string {
 		c += "/"
 	}
 	return c
-}
-
-// Mount returns a handler that serves the dashboard under Prefix and
-// passes every other request to next. The grab path pays one prefix
-// comparison.
-func (d *Dashboard) Mount(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p := r.URL.Path; strings.HasPrefix(p, "/dashboard") && (len(p) == len("/dashboard") || p[len("/dashboard")] == '/') {
-			d.ServeHTTP(w, r)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 // Run computes the figures once per tick while a page watches, and sends

@@ -82,7 +82,8 @@ func newRig(t *testing.T, tune func(*dashboard.Config)) *rig {
 	}
 	d := dashboard.New(cfg)
 	w := worker.New(st, eng, worker.Config{Poll: 100 * time.Millisecond}, log, nil)
-	srv := httptest.NewServer(d.Mount(api))
+	api.Mount(dashboard.Prefix, d)
+	srv := httptest.NewServer(api)
 	var wg sync.WaitGroup
 	dctx, stopDash := context.WithCancel(ctx)
 	for _, run := range []func(){func() { d.Run(dctx) }, func() { _ = w.Run(ctx) }, func() { _ = svc.Run(ctx) }} {

@@ -3,15 +3,13 @@ package dashboard
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/seckilldev/seckill"
+	"github.com/seckilldev/seckill/stock"
 )
 
 // Frame is what every page receives at each tick, as JSON. Times are Unix
@@ -142,12 +140,9 @@ func (s *sampler) frame(ctx context.Context, viewers int) *Frame {
 	if len(ids) == 0 {
 		return f
 	}
-	if err := s.redis(ctx, f); err != nil {
-		fail("read Redis", err)
-	}
-	stats, err := s.cfg.Engine.StatsOf(ctx, ids)
+	seen, err := s.cfg.Observer.Observe(ctx, ids, s.cfg.Tick)
 	if err != nil {
-		fail("read the order streams", err)
+		fail("read Redis", err)
 	}
 	if now.Sub(s.counted) >= countEvery {
 		s.counted = now
@@ -155,8 +150,8 @@ func (s *sampler) frame(ctx context.Context, viewers int) *Frame {
 	}
 	for i := range f.Activities {
 		a := &f.Activities[i]
-		if st, ok := stats[a.ID]; ok {
-			a.Backlog, a.Lag, a.Pending = st.Backlog(), st.Lag, st.Pending
+		if obs, ok := seen[a.ID]; ok {
+			a.observed(obs)
 		}
 		c := s.counts[a.ID]
 		a.States = c.counts
@@ -178,41 +173,24 @@ func (s *sampler) list(ctx context.Context, now time.Time) ([]seckill.Activity, 
 	return acts[:min(len(acts), s.cfg.Activities)], nil
 }
 
-// redis reads each activity's stock and last issued order in one pipelined
-// round trip.
-func (s *sampler) redis(ctx context.Context, f *Frame) error {
-	pipe := s.cfg.Engine.Client().Pipeline()
-	stocks := make([]*redis.StringCmd, len(f.Activities))
-	seqs := make([]*redis.StringCmd, len(f.Activities))
-	for i, a := range f.Activities {
-		k := s.cfg.Engine.Keys(a.ID)
-		stocks[i] = pipe.Get(ctx, k.Stock)
-		seqs[i] = pipe.HGet(ctx, k.Meta, "seq")
+// observed fills in what Redis holds of a: its stock, its stream, and the
+// last order Redis issued (its time: the last grab; the sell-out when the
+// stock is 0).
+func (a *Activity) observed(obs stock.Observation) {
+	a.Backlog, a.Lag, a.Pending = obs.Stream.Backlog(), obs.Stream.Lag, obs.Stream.Pending
+	if obs.Loaded {
+		n := obs.Remaining
+		a.RedisRemaining = &n
 	}
-	_, _ = pipe.Exec(ctx)
-	var errs []error
-	for i := range f.Activities {
-		a := &f.Activities[i]
-		n, err := stocks[i].Int64()
-		switch {
-		case err == nil:
-			a.RedisRemaining = &n
-		case !errors.Is(err, redis.Nil):
-			errs = append(errs, err)
-			continue
-		}
-		seq, err := seqs[i].Int64()
-		if err != nil || seq <= 0 || seq > seckill.MaxOrderLocal {
-			continue // no order issued yet, or not loaded
-		}
-		oid := seckill.OrderID(a.ID, seq)
-		at := seckill.OrderTime(time.UnixMilli(a.StartsAt), oid).UnixMilli()
-		a.LastGrabAt, a.LastOrderID = &at, strconv.FormatInt(oid, 10)
-		if a.RedisRemaining != nil && *a.RedisRemaining == 0 {
-			a.SoldOutAt = &at
-		}
+	if obs.Seq <= 0 || obs.Seq > seckill.MaxOrderLocal {
+		return // no order issued yet, or not loaded
 	}
-	return errors.Join(errs...)
+	oid := seckill.OrderID(a.ID, obs.Seq)
+	at := seckill.OrderTime(time.UnixMilli(a.StartsAt), oid).UnixMilli()
+	a.LastGrabAt, a.LastOrderID = &at, strconv.FormatInt(oid, 10)
+	if a.RedisRemaining != nil && *a.RedisRemaining == 0 {
+		a.SoldOutAt = &at
+	}
 }
 
 // count refreshes the orders by state. An error (the store cannot count,

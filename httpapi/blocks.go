@@ -17,8 +17,8 @@ type blockBody struct {
 }
 
 func (s *Server) routeBlocks() {
-	s.route("/api/v1/blocks", "blocks", map[string]http.HandlerFunc{"GET": s.listBlocks})
-	s.route("/api/v1/blocks/{user}", "block", map[string]http.HandlerFunc{
+	s.handle("/api/v1/blocks", "blocks", map[string]http.HandlerFunc{"GET": s.listBlocks})
+	s.handle("/api/v1/blocks/{user}", "block", map[string]http.HandlerFunc{
 		"GET": s.getBlock, "PUT": s.putBlock, "DELETE": s.deleteBlock})
 }
 

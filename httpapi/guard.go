@@ -153,11 +153,13 @@ func TooManyConns() error {
 	return &refusal{seckill.Errorf(codeOverloaded, "the service is at its limit of open connections; retry shortly"), time.Second}
 }
 
-// handle registers a path whose methods are dispatched here, so that a
-// wrong method gets a JSON 405 like every other error. API routes (api)
-// are also limited per client address; probes (/healthz, /metrics) are
-// not, since load balancers and scrapers poll them from a few addresses.
-func (s *Server) handle(pattern, name string, methods map[string]http.HandlerFunc, api bool) {
+// handle registers a path whose methods are dispatched here (a wrong
+// method gets a JSON 405 like every other error), behind the limits every
+// request passes: requests in flight, body size, rate per client address.
+// Probes (/healthz, /metrics) too: a load balancer or scraper polls from a
+// few addresses, well below any sensible --ip-rate, and a scraper with the
+// admin token is not limited.
+func (s *Server) handle(pattern, name string, methods map[string]http.HandlerFunc) {
 	s.routes = append(s.routes, newRoute(pattern, name, methods))
 	allow := make([]string, 0, len(methods)+1)
 	for m := range methods {
@@ -171,7 +173,7 @@ func (s *Server) handle(pattern, name string, methods map[string]http.HandlerFun
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		began := time.Now()
 		sw := statusWriter{ResponseWriter: w, status: http.StatusOK}
-		s.serve(&sw, r, methods, allowed, api)
+		s.serve(&sw, r, methods, allowed)
 		latency.observe(sw.status, began)
 	})
 }
@@ -202,7 +204,7 @@ func (l routeLatency) observe(status int, began time.Time) {
 	o.Observe(time.Since(began).Seconds())
 }
 
-func (s *Server) serve(w *statusWriter, r *http.Request, methods map[string]http.HandlerFunc, allowed string, api bool) {
+func (s *Server) serve(w *statusWriter, r *http.Request, methods map[string]http.HandlerFunc, allowed string) {
 	// The body first: any answer given before it is read, a refusal
 	// below included, then closes the connection (see statusWriter).
 	if r.ContentLength != 0 { // a body, of known length or chunked
@@ -223,11 +225,9 @@ func (s *Server) serve(w *statusWriter, r *http.Request, methods map[string]http
 		writeError(w, seckill.Errorf("method_not_allowed", "%.20s is not allowed here", r.Method))
 		return
 	}
-	if api {
-		if err := s.limitAddr(r.Context(), netHeader(r.Header), func() netip.Addr { return s.clientAddr(r) }); err != nil {
-			writeError(w, err)
-			return
-		}
+	if err := s.limitAddr(r.Context(), netHeader(r.Header), func() netip.Addr { return s.clientAddr(r) }); err != nil {
+		writeError(w, err)
+		return
 	}
 	if err := s.bound(r.ContentLength); err != nil {
 		writeError(w, err)

@@ -110,23 +110,56 @@ func New(s *sale.Service, adminToken string, health map[string]Health, log *slog
 	for _, o := range opts {
 		o(srv)
 	}
-	srv.route("/api/v1/activities", "activities", map[string]http.HandlerFunc{"POST": srv.createActivity})
-	srv.route("/api/v1/activities/{id}", "activity", map[string]http.HandlerFunc{"GET": srv.getActivity})
-	srv.route("/api/v1/activities/{id}/grab", "grab", map[string]http.HandlerFunc{"POST": srv.grab})
-	srv.route("/api/v1/orders/{id}", "order", map[string]http.HandlerFunc{"GET": srv.getOrder})
-	srv.route("/api/v1/orders/{id}/pay", "pay", map[string]http.HandlerFunc{"POST": srv.payOrder})
-	srv.route("/api/v1/orders/{id}/cancel", "cancel", map[string]http.HandlerFunc{"POST": srv.cancelOrder})
-	srv.route("/api/v1/users/me/orders", "my_orders", map[string]http.HandlerFunc{"GET": srv.myOrders})
-	srv.route("/api/v1/openapi.json", "openapi", map[string]http.HandlerFunc{"GET": serveOpenAPI})
+	srv.handle("/api/v1/activities", "activities", map[string]http.HandlerFunc{"POST": srv.createActivity})
+	srv.handle("/api/v1/activities/{id}", "activity", map[string]http.HandlerFunc{"GET": srv.getActivity})
+	srv.handle("/api/v1/activities/{id}/grab", "grab", map[string]http.HandlerFunc{"POST": srv.grab})
+	srv.handle("/api/v1/orders/{id}", "order", map[string]http.HandlerFunc{"GET": srv.getOrder})
+	srv.handle("/api/v1/orders/{id}/pay", "pay", map[string]http.HandlerFunc{"POST": srv.payOrder})
+	srv.handle("/api/v1/orders/{id}/cancel", "cancel", map[string]http.HandlerFunc{"POST": srv.cancelOrder})
+	srv.handle("/api/v1/users/me/orders", "my_orders", map[string]http.HandlerFunc{"GET": srv.myOrders})
+	srv.handle("/api/v1/openapi.json", "openapi", map[string]http.HandlerFunc{"GET": serveOpenAPI})
 	if srv.blocklist != nil {
 		srv.routeBlocks()
 	}
-	srv.handle("/healthz", "healthz", map[string]http.HandlerFunc{"GET": srv.healthz}, false)
+	srv.handle("/healthz", "healthz", map[string]http.HandlerFunc{"GET": srv.healthz})
 	if gatherer != nil {
-		srv.handle("/metrics", "metrics", map[string]http.HandlerFunc{"GET": promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}).ServeHTTP}, false)
+		srv.handle("/metrics", "metrics", map[string]http.HandlerFunc{"GET": srv.metrics(gatherer)})
 	}
-	srv.mux.HandleFunc("/", notFound)
+	srv.mux.Handle("/", srv.limited(http.HandlerFunc(notFound)))
 	return srv
+}
+
+// metrics serves gatherer's metrics to the admin: they tell the sales'
+// rates and stock, and a stranger has no business reading them. A
+// Prometheus that has no token scrapes serve's --metrics-listen.
+func (s *Server) metrics(gatherer prometheus.Gatherer) http.HandlerFunc {
+	h := promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := s.admin(r); err != nil {
+			writeError(w, err)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}
+}
+
+// Mount serves h under prefix (a path ending in /, and the path without
+// the slash), behind the rate per client address, as every route is.
+func (s *Server) Mount(prefix string, h http.Handler) {
+	h = s.limited(h)
+	s.mux.Handle(prefix, h)
+	s.mux.Handle(strings.TrimSuffix(prefix, "/"), h)
+}
+
+// limited applies the rate per client address to the requests of h.
+func (s *Server) limited(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := s.limitAddr(r.Context(), netHeader(r.Header), func() netip.Addr { return s.clientAddr(r) }); err != nil {
+			writeError(w, err)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // notFound answers a path the API does not serve. The message does not
@@ -155,14 +188,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // a reader that wants it alone, such as the dashboard, which reads it at
 // every tick.
 func (s *Server) Latency() *prometheus.HistogramVec { return s.latency }
-
-// route registers an API path whose methods are dispatched here (a wrong
-// method gets a JSON 405 like every other error), behind the limits every
-// API request passes: requests in flight, body size, rate per client
-// address (see handle).
-func (s *Server) route(pattern, name string, methods map[string]http.HandlerFunc) {
-	s.handle(pattern, name, methods, true)
-}
 
 type activityRequest struct {
 	Name     string    `json:"name"`

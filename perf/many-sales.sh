@@ -68,7 +68,7 @@ unknown() { curl -s -o /dev/null -w '%{time_total}\n' $U/api/v1/orders/$((RANDOM
 c=(); o=()
 for i in $(seq 20); do c+=($(one_more)); o+=($(unknown)); done
 many+=($(run 30000000))
-live=$(curl -s $U/metrics | awk '/^go_goroutines /{print $2}')
+live=$(curl -s $U/metrics -H 'Authorization: Bearer perf' | awk '/^go_goroutines /{print $2}')
 conns=$( [ -n "${CLUSTER:-}" ] && echo "(cluster)" || redis-cli -p $RP client list | wc -l)
 grep -E 'Non-2xx|Socket errors' $T/wrk.log | sort | uniq -c
 grep -ciE 'level=(WARN|ERROR)' $T/serve.log | sed 's/^/serve warnings+errors: /'

@@ -10,22 +10,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// MemoryCollector reports, at scrape time, the memory Redis uses and its
-// maxmemory limit, per node (every master of a Cluster). Redis must run
-// with noeviction: at the limit it refuses the grab script's writes, and
-// every grab fails, so an operator wants to know before (see the alerting
-// rules in ops/). A server that does not report memory (the embedded one)
-// yields no sample.
+// MemoryCollector reports the memory Redis uses and its maxmemory limit,
+// per node (every master of a Cluster), read at most every ago (see
+// Observer.Memory). Redis must run with noeviction: at the limit it
+// refuses the grab script's writes, and every grab fails, so an operator
+// wants to know before (see the alerting rules in ops/). A server that
+// does not report memory (the embedded one) yields no sample.
 type MemoryCollector struct {
-	rdb  redis.UniversalClient
-	used *prometheus.Desc
-	max  *prometheus.Desc
+	observer *Observer
+	every    time.Duration
+	used     *prometheus.Desc
+	max      *prometheus.Desc
 }
 
-// NewMemoryCollector returns a collector over rdb's nodes.
-func NewMemoryCollector(rdb redis.UniversalClient) *MemoryCollector {
+// NewMemoryCollector returns a collector over the nodes of o's Redis.
+func NewMemoryCollector(o *Observer, every time.Duration) *MemoryCollector {
 	l := []string{"node"}
-	return &MemoryCollector{rdb: rdb,
+	return &MemoryCollector{observer: o, every: every,
 		used: prometheus.NewDesc("seckill_redis_memory_used_bytes", "Memory Redis uses (INFO memory used_memory).", l, nil),
 		max:  prometheus.NewDesc("seckill_redis_memory_max_bytes", "Redis' maxmemory limit; 0: none.", l, nil),
 	}
@@ -39,7 +40,16 @@ func (c *MemoryCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *MemoryCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	for _, n := range c.observer.Memory(ctx, c.every) {
+		ch <- prometheus.MustNewConstMetric(c.used, prometheus.GaugeValue, n.Used, n.Addr)
+		ch <- prometheus.MustNewConstMetric(c.max, prometheus.GaugeValue, n.Max, n.Addr)
+	}
+}
+
+// readMemory reads INFO memory of every master of rdb.
+func readMemory(ctx context.Context, rdb redis.UniversalClient) []NodeMemory {
 	var mu sync.Mutex // ForEachMaster calls in parallel
+	var nodes []NodeMemory
 	report := func(ctx context.Context, node *redis.Client) error {
 		info, err := node.InfoMap(ctx, "memory").Result()
 		if err != nil {
@@ -50,17 +60,16 @@ func (c *MemoryCollector) Collect(ch chan<- prometheus.Metric) {
 		if err1 != nil || err2 != nil {
 			return nil
 		}
-		addr := node.Options().Addr
 		mu.Lock()
 		defer mu.Unlock()
-		ch <- prometheus.MustNewConstMetric(c.used, prometheus.GaugeValue, used, addr)
-		ch <- prometheus.MustNewConstMetric(c.max, prometheus.GaugeValue, max, addr)
+		nodes = append(nodes, NodeMemory{Addr: node.Options().Addr, Used: used, Max: max})
 		return nil
 	}
-	switch r := c.rdb.(type) {
+	switch r := rdb.(type) {
 	case *redis.ClusterClient:
 		_ = r.ForEachMaster(ctx, report)
 	case *redis.Client:
 		_ = report(ctx, r)
 	}
+	return nodes
 }

@@ -2,6 +2,7 @@ package stock_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -17,7 +18,7 @@ func TestMemoryCollector(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer rdb.Close()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(stock.NewMemoryCollector(rdb))
+	reg.MustRegister(stock.NewMemoryCollector(stock.NewObserver(stock.New(rdb, stock.Config{})), time.Second))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

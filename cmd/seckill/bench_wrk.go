@@ -100,6 +100,7 @@ end
 // wrkBench runs the wrk side of bench --baseline.
 type wrkBench struct {
 	target, baseURL string
+	adminToken      string // reads /metrics
 	connections     int
 	seconds         int
 	script          string // path of wrkScript on disk
@@ -127,7 +128,7 @@ func runBaselineWrk(ctx context.Context, c benchConfig, baseURL string, stdout, 
 	}
 	// wrk takes whole seconds.
 	secs := max(1, int(math.Ceil(c.duration.Seconds())))
-	w := &wrkBench{target: c.target, baseURL: baseURL, connections: c.concurrency, seconds: secs,
+	w := &wrkBench{target: c.target, baseURL: baseURL, adminToken: c.adminToken, connections: c.concurrency, seconds: secs,
 		script: f.Name(), say: say,
 		// A wrk thread sends far fewer than a million requests a second,
 		// so no run reaches the ids of the next one.
@@ -197,12 +198,12 @@ func (w *wrkBench) scenario(ctx context.Context, name string, target float64, ac
 		bases = append(bases, b)
 
 		w.say("%s: grab, run %d of %d...", name, round, wrkRounds)
-		before, mErr := readGrabTally(ctx, w.target)
+		before, mErr := readGrabTally(ctx, w.target, w.adminToken)
 		g, err := w.run(ctx, w.target, path)
 		if err != nil {
 			return scenario{}, 0, err
 		}
-		after, aErr := settledGrabTally(ctx, w.target)
+		after, aErr := settledGrabTally(ctx, w.target, w.adminToken)
 		// wrk tells the answers >= 400 from the others; /metrics tells
 		// which outcome each grab had.
 		bad := g.Status
@@ -427,12 +428,14 @@ type grabTally struct {
 	answered float64            // answers on the grab route, any status
 }
 
-// readGrabTally reads the grab counters of the service at base.
-func readGrabTally(ctx context.Context, base string) (grabTally, error) {
+// readGrabTally reads the grab counters of the service at base (its
+// /metrics takes the admin token).
+func readGrabTally(ctx context.Context, base, adminToken string) (grabTally, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
 	if err != nil {
 		return grabTally{}, err
 	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return grabTally{}, fmt.Errorf("read /metrics: %w", err)
@@ -474,8 +477,8 @@ func readGrabTally(ctx context.Context, base string) (grabTally, error) {
 // wrk stops, the service still answers the requests in flight, and one
 // reading of /metrics gathers the counters and the histogram at different
 // instants, so a grab between the two would look like a refusal.
-func settledGrabTally(ctx context.Context, base string) (grabTally, error) {
-	last, err := readGrabTally(ctx, base)
+func settledGrabTally(ctx context.Context, base, adminToken string) (grabTally, error) {
+	last, err := readGrabTally(ctx, base, adminToken)
 	if err != nil {
 		return grabTally{}, err
 	}
@@ -487,7 +490,7 @@ func settledGrabTally(ctx context.Context, base string) (grabTally, error) {
 			return grabTally{}, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
-		t, err := readGrabTally(ctx, base)
+		t, err := readGrabTally(ctx, base, adminToken)
 		if err != nil {
 			return grabTally{}, err
 		}

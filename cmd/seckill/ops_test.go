@@ -31,7 +31,9 @@ func TestOpsKitMetricNames(t *testing.T) {
 	var families map[string]*dto.MetricFamily
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	testenv.WaitFor(t, "the stream gauges of the sale", func() bool {
-		resp, err := http.Get(in.url + "/metrics")
+		req, _ := http.NewRequest(http.MethodGet, in.url+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+in.token)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

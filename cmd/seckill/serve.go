@@ -17,7 +17,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/seckilldev/seckill/dashboard"
 	"github.com/seckilldev/seckill/httpapi"
 	"github.com/seckilldev/seckill/internal/lazyconn"
 	"github.com/seckilldev/seckill/sale"
@@ -30,6 +32,7 @@ type serveConfig struct {
 	adminToken string
 	noWorker   bool
 	debug      string
+	metrics    string // --metrics-listen
 	backend    backendFlags
 	worker     workerFlags
 	expiry     expiryFlags
@@ -61,6 +64,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of the admin API (default: a random token, printed once)")
 	fs.BoolVar(&c.noWorker, "no-worker", false, "run the API alone, without the order worker")
 	fs.StringVar(&c.debug, "debug-listen", "", "address to serve Go's pprof profiles on (default: none)")
+	fs.StringVar(&c.metrics, "metrics-listen", "", "address to serve /metrics on without a token (default: none; the API's /metrics takes the admin token)")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", defaultDrainTimeout, "on SIGTERM, how long to answer the requests in flight, then as long for the worker to write the accepted orders; 0: no grace")
 	fs.DurationVar(&c.drainIdle, "drain-idle", defaultDrainIdle, "on SIGTERM, how long an idle keep-alive connection may stay silent before it is closed; its next request until then is answered, with Connection: close")
 	fs.StringVar(&c.compareResults, "compare-results", defaultCompareResults, "the `FILE` of seckill bench --compare --results FILE that the dashboard charts")
@@ -153,6 +157,13 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) (err
 		}
 		defer stopDebug()
 	}
+	var metricsLn net.Listener
+	if c.metrics != "" {
+		if metricsLn, err = net.Listen("tcp", c.metrics); err != nil {
+			return usagef("--metrics-listen: %v", err)
+		}
+		defer metricsLn.Close()
+	}
 
 	bk, err := c.backend.open(ctx, log)
 	if err != nil {
@@ -162,8 +173,14 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) (err
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(stock.NewCollector(bk.engine, liveActivities(bk)))
-	reg.MustRegister(stock.NewMemoryCollector(bk.rdb))
+	// /metrics and the dashboard read Redis through one observer, at most
+	// once a second (a dashboard's viewers once a tick) whoever asks.
+	observer := stock.NewObserver(bk.engine)
+	reg.MustRegister(stock.NewCollector(observer, liveActivities(bk), time.Second))
+	reg.MustRegister(stock.NewMemoryCollector(observer, time.Second))
+	if metricsLn != nil {
+		defer serveMetrics(metricsLn, reg)()
+	}
 
 	locks := newLocks(bk.rdb, c.backend.prefix, reg)
 	defer locks.Close()
@@ -174,9 +191,10 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) (err
 	}
 	apiOpts, blocklist := c.guard.apiOptions(guardCtx, bk, c.backend.prefix, log, verifier)
 	api := httpapi.New(svc, c.adminToken, health(bk, (secrets{}).add(c.backend.secrets()...)), log, reg, reg, apiOpts...)
-	dash := newDashboard(c, bk, saleMetrics, api, log)
+	dash := newDashboard(c, bk, observer, saleMetrics, api, log)
+	api.Mount(dashboard.Prefix, dash)
 	var dr drainer
-	srv := c.guard.server(api.ServeFast, dash.Mount(api), &dr, log)
+	srv := c.guard.server(api.ServeFast, api, &dr, log)
 
 	// background work stops when bgCtx ends, after the HTTP server drained.
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -289,4 +307,15 @@ func serveDebug(addr string) (stop func(), err error) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return func() { srv.Close() }, nil
+}
+
+// serveMetrics serves g's metrics at /metrics on ln, without a token: ln
+// is an address for the operator's Prometheus (serve's and the worker's
+// --metrics-listen). It returns the function that stops it.
+func serveMetrics(ln net.Listener, g prometheus.Gatherer) (stop func()) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+	go func() { _ = srv.Serve(ln) }()
+	return func() { srv.Close() }
 }

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/seckilldev/seckill/worker"
 )
@@ -106,9 +104,7 @@ func workerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (er
 		if err != nil {
 			return usagef("--metrics-listen: %v", err)
 		}
-		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
+		defer serveMetrics(ln, reg)()
 	}
 	bk, err := backend.open(ctx, log)
 	if err != nil {

@@ -1,0 +1,184 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Observation is what Redis held of one activity when it was last read.
+type Observation struct {
+	At        time.Time
+	Loaded    bool  // the stock key exists
+	Remaining int64 // stock left in Redis, if Loaded
+	// Seq is the local id of the last order Redis issued (0: none, or not
+	// loaded; see seckill.OrderID).
+	Seq int64
+	// Stream holds the order stream's figures (zero: no stream).
+	Stream StreamStats
+}
+
+// Observer reads the activities' state in Redis for the read-only views
+// (the /metrics collector, the dashboard) and keeps what it read, so that
+// however many scrapers and viewers ask, each activity is read at most
+// once per the age they accept: a view that asks again within that age is
+// answered from memory, and views asking at once share one read. A read
+// costs three pipelined round trips (see StatsOf) whatever the number of
+// activities, and 5 commands an activity (GET, HGET, XINFO GROUPS, XLEN,
+// XRANGE).
+//
+// It also keeps the Redis nodes' memory figures (INFO memory), read at
+// most once per the age asked.
+type Observer struct {
+	engine *Engine
+
+	refresh sync.Mutex // held while reading Redis: one read at a time
+	mu      sync.Mutex // guards the fields below
+	seen    map[int64]Observation
+	memory  []NodeMemory
+	memAt   time.Time
+	reads   int64 // reads of activities, for tests and the docs' figures
+}
+
+// NodeMemory is a Redis node's memory use (INFO memory).
+type NodeMemory struct {
+	Addr      string
+	Used, Max float64 // used_memory, maxmemory (0: none) in bytes
+}
+
+// NewObserver returns an observer of e's activities.
+func NewObserver(e *Engine) *Observer {
+	return &Observer{engine: e, seen: map[int64]Observation{}}
+}
+
+// Observe returns what Redis holds of each activity of ids, read at most
+// maxAge ago. Activities not read before, or read longer ago, are read now
+// (in one batch, shared with a concurrent call that needs them too); the
+// others come from memory. Activities whose read failed are missing from
+// the map, and the error says why. Observations of activities not asked
+// for in a while are forgotten.
+func (o *Observer) Observe(ctx context.Context, ids []int64, maxAge time.Duration) (map[int64]Observation, error) {
+	out, stale := o.lookup(ids, maxAge, time.Now())
+	if len(stale) == 0 {
+		return out, nil
+	}
+	o.refresh.Lock()
+	defer o.refresh.Unlock()
+	// Another call may have read them while this one waited.
+	out, stale = o.lookup(ids, maxAge, time.Now())
+	if len(stale) == 0 {
+		return out, nil
+	}
+	read, err := o.read(ctx, stale)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.reads += int64(len(stale))
+	for id, obs := range read {
+		o.seen[id] = obs
+		out[id] = obs
+	}
+	o.forget(time.Now())
+	return out, err
+}
+
+// Reads returns how many activity reads the observer made.
+func (o *Observer) Reads() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.reads
+}
+
+func (o *Observer) lookup(ids []int64, maxAge time.Duration, now time.Time) (map[int64]Observation, []int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make(map[int64]Observation, len(ids))
+	var stale []int64
+	for _, id := range ids {
+		if obs, ok := o.seen[id]; ok && now.Sub(obs.At) < maxAge {
+			out[id] = obs
+		} else {
+			stale = append(stale, id)
+		}
+	}
+	return out, stale
+}
+
+// forgetAfter is how long an observation is kept once read: views ask
+// every few seconds at most, so an older one belongs to an activity no
+// view shows any more.
+const forgetAfter = time.Minute
+
+func (o *Observer) forget(now time.Time) {
+	for id, obs := range o.seen {
+		if now.Sub(obs.At) > forgetAfter {
+			delete(o.seen, id)
+		}
+	}
+}
+
+// read reads the activities' stock, last order and stream figures.
+func (o *Observer) read(ctx context.Context, ids []int64) (map[int64]Observation, error) {
+	at := time.Now()
+	pipe := o.engine.rdb.Pipeline()
+	stocks := make([]*redis.StringCmd, len(ids))
+	seqs := make([]*redis.StringCmd, len(ids))
+	for i, id := range ids {
+		k := o.engine.Keys(id)
+		stocks[i] = pipe.Get(ctx, k.Stock)
+		seqs[i] = pipe.HGet(ctx, k.Meta, "seq")
+	}
+	_, _ = pipe.Exec(ctx)
+	stats, statsErr := o.engine.StatsOf(ctx, ids)
+	out := make(map[int64]Observation, len(ids))
+	var errs []error
+	for i, id := range ids {
+		obs := Observation{At: at}
+		n, err := stocks[i].Int64()
+		switch {
+		case err == nil:
+			obs.Loaded, obs.Remaining = true, n
+		case !errors.Is(err, redis.Nil):
+			errs = append(errs, err)
+			continue
+		}
+		if seq, err := seqs[i].Int64(); err == nil && seq > 0 {
+			obs.Seq = seq
+		}
+		if statsErr != nil {
+			continue
+		}
+		obs.Stream = stats[id]
+		out[id] = obs
+	}
+	if statsErr != nil {
+		errs = append(errs, statsErr)
+	}
+	return out, errors.Join(errs...)
+}
+
+// Memory returns the memory figures of every Redis master, read at most
+// maxAge ago (a node that does not answer is left out).
+func (o *Observer) Memory(ctx context.Context, maxAge time.Duration) []NodeMemory {
+	o.mu.Lock()
+	if time.Since(o.memAt) < maxAge {
+		defer o.mu.Unlock()
+		return o.memory
+	}
+	o.mu.Unlock()
+	o.refresh.Lock()
+	defer o.refresh.Unlock()
+	o.mu.Lock()
+	if time.Since(o.memAt) < maxAge { // read while this call waited
+		defer o.mu.Unlock()
+		return o.memory
+	}
+	o.mu.Unlock()
+	nodes := readMemory(ctx, o.engine.rdb)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.memory, o.memAt = nodes, time.Now()
+	return nodes
+}

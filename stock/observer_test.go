@@ -1,0 +1,85 @@
+package stock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seckilldev/seckill/internal/testenv"
+	"github.com/seckilldev/seckill/stock"
+)
+
+// TestObserverCost: a read of n activities costs at most 5 commands an
+// activity in a few round trips; within the age asked, any number of
+// views, one after another or at once, cost Redis nothing more; what is
+// read is what Redis holds.
+func TestObserverCost(t *testing.T) {
+	for _, n := range []int{1, 500} {
+		e, cmds := newEngineAt(t, testenv.RedisAddr(t), stock.Config{})
+		ids := make([]int64, n)
+		for i := range ids {
+			ids[i] = int64(i + 1)
+			load(t, e, openActivity(ids[i], 10), nil)
+			grab(t, e, ids[i], 7)
+		}
+		missing := int64(n + 1) // never loaded
+		ask := append(ids, missing)
+		ctx := context.Background()
+
+		o := stock.NewObserver(e)
+		before := cmds.N()
+		seen, err := o.Observe(ctx, ask, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := cmds.N() - before
+		t.Logf("%d activities (and one not loaded): %d commands a read", n, read)
+		if read > 5*int64(n+1)+6 { // and a new connection's handshake
+			t.Errorf("%d activities: %d commands, want at most 5 an activity", n, read)
+		}
+		for _, id := range ids {
+			obs := seen[id]
+			if !obs.Loaded || obs.Remaining != 9 || obs.Seq <= 0 || obs.Stream.Length != 1 || obs.Stream.Backlog() != 1 {
+				t.Fatalf("activity %d: %+v, want 9 left, an order issued, 1 in the stream not delivered", id, obs)
+			}
+		}
+		if obs, ok := seen[missing]; !ok || obs.Loaded || obs.Seq != 0 {
+			t.Errorf("activity not loaded: %+v %v", obs, ok)
+		}
+
+		// 40 views at once, all within the age: nothing read.
+		var wg sync.WaitGroup
+		for range 40 {
+			wg.Go(func() {
+				if got, err := o.Observe(ctx, ask, time.Minute); err != nil || len(got) != len(ask) {
+					t.Errorf("view: %d activities, %v", len(got), err)
+				}
+			})
+		}
+		wg.Wait()
+		if extra := cmds.N() - before - read; extra != 0 {
+			t.Errorf("40 views within the age cost %d more commands", extra)
+		}
+
+		// A fresh observer and 40 views at once: they share one read.
+		o = stock.NewObserver(e)
+		before = cmds.N()
+		for range 40 {
+			wg.Go(func() { _, _ = o.Observe(ctx, ask, time.Minute) })
+		}
+		wg.Wait()
+		if got := cmds.N() - before; got > read || got < read-6 { // handshakes aside
+
+			t.Errorf("40 views at once cost %d commands, want one read's %d", got, read)
+		}
+
+		// Past the age, the next view reads again and sees the change.
+		first := seen[ids[0]].Seq
+		grab(t, e, ids[0], 8)
+		seen, err = o.Observe(ctx, ids[:1], 0)
+		if err != nil || seen[ids[0]].Remaining != 8 || seen[ids[0]].Seq <= first {
+			t.Errorf("after a second grab: %+v %v, want 8 left, a later order issued", seen[ids[0]], err)
+		}
+	}
+}
