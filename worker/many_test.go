@@ -152,17 +152,13 @@ func TestManyActivities(t *testing.T) {
 	s := newSales(t, n, 100, time.Hour)
 	before := runtime.NumGoroutine()
 	w := s.worker(Config{Consumer: "w", Poll: time.Hour, ClaimIdle: time.Hour, Discover: 50 * time.Millisecond})
+	cooled := s.watchCooling()
 	start(t, w)
 
-	// Settled: every stream was read once and went cold.
-	var last int64 = -1
-	settled := testenv.WaitFor(t, "worker idle", func() bool {
-		now := s.commands.N()
-		settled := now == last && now >= 3*n
-		last = now
-		time.Sleep(50 * time.Millisecond)
-		return settled
-	})
+	// Settled: every stream went cold (its awake flag deleted, then read
+	// once more), which the worker's commands show, however slow the
+	// machine.
+	settled := testenv.WaitFor(t, "every stream cold", func() bool { return cooled.all(s.acts) })
 	idleFrom := s.commands.N()
 	time.Sleep(500 * time.Millisecond)
 	if idle := s.commands.N() - idleFrom; idle > 5 {
@@ -210,6 +206,83 @@ func TestManyActivities(t *testing.T) {
 	testenv.WaitFor(t, "goroutines back to a small bound after the busy round", func() bool {
 		return runtime.NumGoroutine()-before <= 30
 	})
+}
+
+// cooling follows, from the worker's commands, which streams went cold: an
+// activity's awake flag deleted (DEL), then its stream read again, the
+// read answered (see Worker.Run).
+type cooling struct {
+	mu      sync.Mutex
+	flagOf  map[string]int64 // awake key -> activity
+	orderOf map[string]int64 // stream key -> activity
+	deleted map[int64]bool   // flag deleted, no read answered since
+	cold    map[int64]bool
+}
+
+// watchCooling starts following the worker client's commands.
+func (s *sales) watchCooling() *cooling {
+	c := &cooling{flagOf: map[string]int64{}, orderOf: map[string]int64{}, deleted: map[int64]bool{}, cold: map[int64]bool{}}
+	for _, a := range s.acts {
+		k := s.wEngine.Keys(a.ID)
+		c.flagOf[k.Awake], c.orderOf[k.Orders] = a.ID, a.ID
+	}
+	s.wClient.AddHook(c)
+	return c
+}
+
+func (c *cooling) all(acts []seckill.Activity) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range acts {
+		if !c.cold[a.ID] {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *cooling) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *cooling) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		c.saw([]redis.Cmder{cmd})
+		return err
+	}
+}
+
+func (c *cooling) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		c.saw(cmds)
+		return err
+	}
+}
+
+// saw takes in answered commands.
+func (c *cooling) saw(cmds []redis.Cmder) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cmd := range cmds {
+		args := cmd.Args()
+		if cmd.Err() != nil && !errors.Is(cmd.Err(), redis.Nil) {
+			continue
+		}
+		switch strings.ToLower(cmd.Name()) {
+		case "del":
+			for _, k := range args[1:] {
+				if id, ok := c.flagOf[fmt.Sprint(k)]; ok {
+					c.deleted[id], c.cold[id] = true, false
+				}
+			}
+		case "xreadgroup":
+			for _, k := range args {
+				if id, ok := c.orderOf[fmt.Sprint(k)]; ok && c.deleted[id] {
+					c.deleted[id], c.cold[id] = false, true
+				}
+			}
+		}
+	}
 }
 
 // TestLostWakeup: an order whose wake-up message is lost (the awake flag
