@@ -1,10 +1,14 @@
 package stock_test
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/stock"
@@ -82,4 +86,39 @@ func TestObserverCost(t *testing.T) {
 			t.Errorf("after a second grab: %+v %v, want 8 left, a later order issued", seen[ids[0]], err)
 		}
 	}
+}
+
+// BenchmarkScrape500: a scrape of 500 live sales' gauges, the
+// observations fresh (as within the second after a read): what a scraper
+// costs the process once Redis is no longer asked.
+func BenchmarkScrape500(b *testing.B) {
+	e, _ := newEngineAt(b, testenv.RedisAddr(b), stock.Config{})
+	ids := make([]int64, 500)
+	for i := range ids {
+		ids[i] = int64(i + 1)
+		if ok, err := e.Load(context.Background(), openActivity(ids[i], 10), nil); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+	}
+	o := stock.NewObserver(e)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(stock.NewCollector(o, func(context.Context) ([]int64, error) { return ids, nil }, time.Hour))
+	b.Run("gather", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := reg.Gather(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("gather+text", func(b *testing.B) {
+		for b.Loop() {
+			mfs, _ := reg.Gather()
+			var buf bytes.Buffer
+			for _, mf := range mfs {
+				if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
 }

@@ -45,7 +45,7 @@ func newEngine(t *testing.T) *stock.Engine {
 	return e
 }
 
-func newEngineAt(t *testing.T, addr string, cfg stock.Config) (*stock.Engine, *rediscount.Counter) {
+func newEngineAt(t testing.TB, addr string, cfg stock.Config) (*stock.Engine, *rediscount.Counter) {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { rdb.Close() })

@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckilldev/seckill/internal/testenv"
@@ -105,6 +107,42 @@ func TestMetricsScrapeShared(t *testing.T) {
 	t.Logf("%d scrapes in %v: %d XLEN (one a sale a read), at most %d allowed", scrapes, took.Round(time.Millisecond), reads, most)
 	if reads > most {
 		t.Errorf("%d scrapes in %v read the sales' streams %d times, want at most %d", scrapes, took, reads, most)
+	}
+}
+
+// TestSlowGatherer: the live registry is gathered at each call, the slow
+// one at most once per interval; the families come out sorted, each once.
+func TestSlowGatherer(t *testing.T) {
+	live, slow := prometheus.NewRegistry(), prometheus.NewRegistry()
+	hits := prometheus.NewCounter(prometheus.CounterOpts{Name: "b_hits_total"})
+	live.MustRegister(hits)
+	var gathered atomic.Int64
+	slow.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "a_slow"}, func() float64 { return float64(gathered.Add(1)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "c_slow"}, func() float64 { return 1 }))
+	g := &slowGatherer{live: live, slow: slow, every: time.Hour}
+	for i := range 3 {
+		hits.Inc()
+		mfs, err := g.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, mf := range mfs {
+			names = append(names, mf.GetName())
+		}
+		if strings.Join(names, " ") != "a_slow b_hits_total c_slow" {
+			t.Fatalf("families %v", names)
+		}
+		if v := mfs[1].GetMetric()[0].GetCounter().GetValue(); v != float64(i+1) {
+			t.Errorf("gathering %d: the live counter says %v, want %d", i+1, v, i+1)
+		}
+		if v := mfs[0].GetMetric()[0].GetGauge().GetValue(); v != 1 {
+			t.Errorf("gathering %d: the slow gauge was gathered %v times, want once", i+1, v)
+		}
+	}
+	g.every = 0
+	if mfs, _ := g.Gather(); mfs[0].GetMetric()[0].GetGauge().GetValue() != 2 {
+		t.Error("past the interval, the slow registry was not gathered again")
 	}
 }
 

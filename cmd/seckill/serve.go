@@ -17,7 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/seckilldev/seckill/dashboard"
 	"github.com/seckilldev/seckill/httpapi"
@@ -174,12 +173,15 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) (err
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// /metrics and the dashboard read Redis through one observer, at most
-	// once a second (a dashboard's viewers once a tick) whoever asks.
+	// once a second (a dashboard's viewers once a tick) whoever asks; the
+	// per-sale gauges are gathered at most once a second too.
 	observer := stock.NewObserver(bk.engine)
-	reg.MustRegister(stock.NewCollector(observer, liveActivities(bk), time.Second))
-	reg.MustRegister(stock.NewMemoryCollector(observer, time.Second))
+	perSale := prometheus.NewRegistry()
+	perSale.MustRegister(stock.NewCollector(observer, liveActivities(bk), time.Second))
+	perSale.MustRegister(stock.NewMemoryCollector(observer, time.Second))
+	metrics := &slowGatherer{live: reg, slow: perSale, every: time.Second}
 	if metricsLn != nil {
-		defer serveMetrics(metricsLn, reg)()
+		defer serveMetrics(metricsLn, metrics)()
 	}
 
 	locks := newLocks(bk.rdb, c.backend.prefix, reg)
@@ -190,7 +192,7 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) (err
 		log.Warn("warm-up incomplete; activities load on first grab", "err", err)
 	}
 	apiOpts, blocklist := c.guard.apiOptions(guardCtx, bk, c.backend.prefix, log, verifier)
-	api := httpapi.New(svc, c.adminToken, health(bk, (secrets{}).add(c.backend.secrets()...)), log, reg, reg, apiOpts...)
+	api := httpapi.New(svc, c.adminToken, health(bk, (secrets{}).add(c.backend.secrets()...)), log, reg, metrics, apiOpts...)
 	dash := newDashboard(c, bk, observer, saleMetrics, api, log)
 	api.Mount(dashboard.Prefix, dash)
 	var dr drainer
@@ -307,15 +309,4 @@ func serveDebug(addr string) (stop func(), err error) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return func() { srv.Close() }, nil
-}
-
-// serveMetrics serves g's metrics at /metrics on ln, without a token: ln
-// is an address for the operator's Prometheus (serve's and the worker's
-// --metrics-listen). It returns the function that stops it.
-func serveMetrics(ln net.Listener, g prometheus.Gatherer) (stop func()) {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
-	go func() { _ = srv.Serve(ln) }()
-	return func() { srv.Close() }
 }
