@@ -89,6 +89,7 @@ func Dial(ctx context.Context, rawURL string, poolSize ...int) (redis.UniversalC
 	default:
 		return nil, fmt.Errorf("bad redis URL %s: the scheme must be redis, rediss, redis+cluster or redis+sentinel", shown)
 	}
+	rdb.AddHook(pipelineErrors{})
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
@@ -96,6 +97,39 @@ func Dial(ctx context.Context, rawURL string, poolSize ...int) (redis.UniversalC
 		return nil, fmt.Errorf("redis at %s does not answer: %w", u.Host, err)
 	}
 	return rdb, nil
+}
+
+// pipelineErrors gives every command of a pipeline that did not run the
+// pipeline's error. go-redis does so for a network error, but not for a
+// Redis error that came before any command, in a new connection's AUTH or
+// HELLO (WRONGPASS after a password rotation, NOAUTH): each command then
+// has no error and no reply, and reads as an empty one ("" from a GET:
+// `strconv.ParseInt: parsing "": invalid syntax` from Int64; zeros from
+// XLEN or XINFO). A pipeline that ran returns the first command's error,
+// which that command holds; so an error that no command holds is one that
+// came before them all.
+type pipelineErrors struct{}
+
+func (pipelineErrors) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (pipelineErrors) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (pipelineErrors) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if err == nil {
+			return nil
+		}
+		for _, c := range cmds {
+			if c.Err() != nil {
+				return err
+			}
+		}
+		for _, c := range cmds {
+			c.SetErr(err)
+		}
+		return err
+	}
 }
 
 // ClusterReload is how often a cluster client of Dial reloads its slot map
