@@ -221,7 +221,7 @@ func (v *Verifier) Verify(token string) (int64, error) {
 	}
 	// The registered claims decode into a struct at half the cost of a
 	// map; another user claim needs the map.
-	var claims jwt.Claims = &jwt.RegisteredClaims{}
+	var claims jwt.Claims = &registered{}
 	if v.claim != "sub" {
 		claims = &jwt.MapClaims{}
 	}
@@ -230,6 +230,11 @@ func (v *Verifier) Verify(token string) (int64, error) {
 			return 0, ErrExpired
 		}
 		return 0, fmt.Errorf("%w: %s", ErrInvalid, reason(err))
+	}
+	// golang-jwt reads a map's iat only when asked to check it: one that
+	// is not a NumericDate is refused all the same, as in the struct.
+	if _, err := claims.GetIssuedAt(); err != nil {
+		return 0, fmt.Errorf("%w: its iat is not a number", ErrInvalid)
 	}
 	uid, err := v.userID(claims)
 	if err != nil {
@@ -246,14 +251,56 @@ func (v *Verifier) Verify(token string) (int64, error) {
 	return uid, nil
 }
 
+// errCritical refuses a token whose header has crit: it names extensions
+// the recipient must understand or refuse the token (RFC 7515, section
+// 4.1.11), and this verifier understands none. golang-jwt ignores crit.
+var errCritical = errors.New("auth: the token's header names critical extensions (crit)")
+
 // key picks the verification key by the token's algorithm, which the
 // parser has already checked against the accepted ones: an HS256 token is
-// never checked against a public key taken for a shared secret.
+// never checked against a public key taken for a shared secret. A header
+// with crit is refused first.
 func (v *Verifier) key(t *jwt.Token) (any, error) {
+	if _, ok := t.Header["crit"]; ok {
+		return nil, errCritical
+	}
 	if t.Method.Alg() == jwt.SigningMethodHS256.Alg() {
 		return v.secret, nil
 	}
 	return v.jwks.Keyfunc(t)
+}
+
+// registered are the registered claims, with exp, nbf and iat held to
+// RFC 7519's NumericDate, a JSON number (section 2): golang-jwt's
+// NumericDate also takes a JSON string that holds one ("exp":"9999999999"),
+// which another verifier, in front of or behind this one, may read
+// otherwise. The map of another user claim refuses such a string already.
+type registered struct {
+	jwt.RegisteredClaims
+	ExpiresAt *numericDate `json:"exp,omitempty"`
+	NotBefore *numericDate `json:"nbf,omitempty"`
+	IssuedAt  *numericDate `json:"iat,omitempty"`
+}
+
+func (c *registered) GetExpirationTime() (*jwt.NumericDate, error) { return c.ExpiresAt.date(), nil }
+func (c *registered) GetNotBefore() (*jwt.NumericDate, error)      { return c.NotBefore.date(), nil }
+func (c *registered) GetIssuedAt() (*jwt.NumericDate, error)       { return c.IssuedAt.date(), nil }
+
+// numericDate is a NumericDate that must be a JSON number.
+type numericDate struct{ jwt.NumericDate }
+
+func (d *numericDate) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || (b[0] != '-' && (b[0] < '0' || b[0] > '9')) {
+		return fmt.Errorf("a NumericDate must be a JSON number, not %.20s", b)
+	}
+	return d.NumericDate.UnmarshalJSON(b)
+}
+
+func (d *numericDate) date() *jwt.NumericDate {
+	if d == nil {
+		return nil
+	}
+	return &d.NumericDate
 }
 
 // userID reads the user claim: a canonical positive decimal integer, a
@@ -261,7 +308,7 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 func (v *Verifier) userID(claims jwt.Claims) (int64, error) {
 	var s string
 	switch c := claims.(type) {
-	case *jwt.RegisteredClaims:
+	case *registered:
 		s = c.Subject
 	case *jwt.MapClaims:
 		switch c := (*c)[v.claim].(type) {
@@ -301,6 +348,7 @@ func reason(err error) string {
 		err  error
 		text string
 	}{
+		{errCritical, "its header names critical extensions (crit) this service does not understand"},
 		{jwt.ErrTokenMalformed, "it is malformed"},
 		{jwt.ErrTokenUnverifiable, "its algorithm or key is not accepted"},
 		{jwt.ErrTokenSignatureInvalid, "its signature is wrong"},

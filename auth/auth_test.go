@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +110,80 @@ func TestHS256(t *testing.T) {
 				t.Errorf("%s (try %d): got %d, %v; want %d, %v", c.name, try, uid, err, c.uid, c.want)
 			}
 		}
+	}
+}
+
+// TestStrictClaims: a NumericDate (exp, nbf, iat) written as a JSON string
+// is refused, as is a header naming critical extensions (crit, RFC 7515
+// section 4.1.11; none is understood here), whether the user is in sub or
+// in another claim, with a secret or a JWK Set's key; the same tokens with
+// numbers and without crit verify.
+func TestStrictClaims(t *testing.T) {
+	k := newKeys(t)
+	file := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(file, k.jwks, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	exp := time.Now().Add(time.Hour).Unix()
+	iat := time.Now().Add(-time.Minute).Unix()
+	for _, claim := range []string{"sub", "uid"} {
+		v, err := New(context.Background(), Config{Secret: secret, JWKS: file, UserClaim: claim})
+		if err != nil {
+			t.Fatal(err)
+		}
+		good := func() jwt.MapClaims { return jwt.MapClaims{claim: "42", "exp": exp, "nbf": iat, "iat": iat} }
+		str := func(n int64) string { return strconv.FormatInt(n, 10) }
+		crit := func(method jwt.SigningMethod, key any, kid string, header map[string]any) string {
+			tok := jwt.NewWithClaims(method, good())
+			if kid != "" {
+				tok.Header["kid"] = kid
+			}
+			for h, x := range header {
+				tok.Header[h] = x
+			}
+			s, err := tok.SignedString(key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		for _, c := range []struct {
+			name  string
+			token string
+			ok    bool
+		}{
+			{"numbers", sign(t, jwt.SigningMethodHS256, secret, good(), ""), true},
+			{"exp a float", sign(t, jwt.SigningMethodHS256, secret, with(good(), "exp", float64(exp)+0.5), ""), true},
+			{"exp a string", sign(t, jwt.SigningMethodHS256, secret, with(good(), "exp", str(exp)), ""), false},
+			{"exp an empty string", sign(t, jwt.SigningMethodHS256, secret, with(good(), "exp", ""), ""), false},
+			{"exp true", sign(t, jwt.SigningMethodHS256, secret, with(good(), "exp", true), ""), false},
+			{"nbf a string", sign(t, jwt.SigningMethodHS256, secret, with(good(), "nbf", str(iat)), ""), false},
+			{"iat a string", sign(t, jwt.SigningMethodHS256, secret, with(good(), "iat", str(iat)), ""), false},
+			{"RS256, exp a string", sign(t, jwt.SigningMethodRS256, k.rsa, with(good(), "exp", str(exp)), "r1"), false},
+			{"crit naming an unknown extension", crit(jwt.SigningMethodHS256, secret, "", map[string]any{"crit": []string{"x-ext"}, "x-ext": 1}), false},
+			{"crit empty", crit(jwt.SigningMethodHS256, secret, "", map[string]any{"crit": []string{}}), false},
+			{"crit naming exp", crit(jwt.SigningMethodHS256, secret, "", map[string]any{"crit": []string{"exp"}}), false},
+			{"ES256, crit", crit(jwt.SigningMethodES256, k.ec, "e1", map[string]any{"crit": []string{"b64"}, "b64": false}), false},
+			{"ES256, another header", crit(jwt.SigningMethodES256, k.ec, "e1", map[string]any{"x-ext": 1}), true},
+		} {
+			for try := range 2 { // the second answer may come from the cache
+				uid, err := v.Verify(c.token)
+				if c.ok && (uid != 42 || err != nil) {
+					t.Errorf("%s, %s (try %d): %d, %v; want user 42", claim, c.name, try, uid, err)
+				}
+				if !c.ok && (uid != 0 || !errors.Is(err, ErrInvalid)) {
+					t.Errorf("%s, %s (try %d): %d, %v; want ErrInvalid", claim, c.name, try, uid, err)
+				}
+			}
+		}
+	}
+	v, err := New(context.Background(), Config{Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := sign(t, jwt.SigningMethodHS256, secret, with(claims("42", time.Hour), "exp", strconv.FormatInt(exp, 10)), "")
+	if _, err := v.Verify(tok); err == nil || !strings.Contains(err.Error(), "malformed") {
+		t.Errorf("exp a string: %v, want it malformed", err)
 	}
 }
 
