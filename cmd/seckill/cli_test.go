@@ -310,6 +310,38 @@ func TestHelpExitStatus(t *testing.T) {
 	}
 }
 
+// TestURLDocs: the URL forms of docs/flags.md are the ones -h prints
+// (which TestURLHelp holds to the parsers), and the pages that tell where a
+// Redis URL's password goes say what the parser does: in the user info,
+// and a password= parameter is refused.
+func TestURLDocs(t *testing.T) {
+	read := func(page string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join("..", "..", page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if want := "```\n" + redisURLHelp + benchRedisHelp + "\n" + dbURLHelp + "```"; !strings.Contains(read("docs/flags.md"), want) {
+		t.Errorf("docs/flags.md does not show the URL forms as -h prints them:\n%s", want)
+	}
+	if !strings.Contains(redisURLHelp, "password= and username= among them") {
+		t.Errorf("the -h text does not say that password= is refused:\n%s", redisURLHelp)
+	}
+	for _, page := range []string{"README.md", "docs/production.md", "docs/hostile-clients.md"} {
+		text := read(page)
+		for _, claim := range []string{"?password=", "password query parameter", "`password` query parameter of a Redis"} {
+			if strings.Contains(text, claim) {
+				t.Errorf("%s speaks of %q, which a Redis URL refuses", page, claim)
+			}
+		}
+	}
+	if !strings.Contains(read("docs/production.md"), "`password=` (or `username=`) query parameter is refused") {
+		t.Error("docs/production.md does not say that a Redis URL refuses password=")
+	}
+}
+
 // TestURLHelp: the -h of every command with --redis or --db shows the URL
 // forms, and what they say is what the parsers do: an example of each
 // form is accepted by the check and by stock.Dial (which gets as far as
@@ -364,14 +396,16 @@ func TestURLHelp(t *testing.T) {
 		dialToo  bool // stock.Dial refuses it as well (else it would ignore a part)
 		wantText string
 	}{
-		{"redis://h:6379?password=pw", true, "unexpected option: password"},
+		{"redis://h:6379?password=pw", true, "the user and password go in the user info (redis://user:password@host:port"},
+		{"rediss://h:6379/0?dial_timeout=2s&password=pw", true, "the user and password go in the user info (rediss://"},
+		{"redis://h:6379?username=u", true, "the user and password go in the user info"},
 		{"redis://h/notadb", true, "invalid database number"},
 		{"unix:///tmp/redis.sock", true, "the scheme must be"},
 		{"rediss+sentinel://h:26379/m", true, "the scheme must be"},
-		{"redis+cluster://h:7000?password=pw", true, "unexpected option: password"},
+		{"redis+cluster://h:7000?password=pw", true, "the user and password go in the user info (redis+cluster://"},
 		{"redis+sentinel://h:26379", true, "want redis+sentinel://host:port[,host:port]/mastername"},
 		{"redis+sentinel://h:26379/m?db=1", false, "no query parameters"},
-		{"redis+sentinel://h:26379/m?password=pw", false, "no query parameters"},
+		{"redis+sentinel://h:26379/m?password=pw", false, "the user and password go in the user info (redis+sentinel://"},
 		{"redis+sentinel://h/m", false, `"h" is not a host:port`},
 		{"redis+cluster://h:7000/1", false, "no /db path"},
 	} {

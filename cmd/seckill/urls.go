@@ -40,8 +40,9 @@ const redisURLHelp = `Redis URLs (--redis):
   options: go-redis' URL options (dial_timeout=2s, read_timeout=1s, write_timeout=1s,
       pool_size=64, client_name=..., protocol=2, max_retries=3, ...; a Cluster's
       read_only, route_by_latency, route_randomly, max_redirects too); any other
-      is refused, password= among them: a password goes in the user info,
-      percent-encoded (@ : / # ? % as %40 %3A %2F %23 %3F %25)
+      is refused, password= and username= among them (as go-redis does): the user
+      and password go in the user info, percent-encoded (@ : / # ? % as
+      %40 %3A %2F %23 %3F %25)
   not accepted: unix:// sockets, rediss+sentinel://
 `
 
@@ -93,6 +94,11 @@ func checkRedisURL(rawURL string) error {
 		return errors.New("bad redis URL: it does not parse (characters such as @ / : # in a password must be percent-encoded)")
 	}
 	shown := redactURL(rawURL) // a password in the query too
+	if q := u.Query(); q.Has("password") || q.Has("username") {
+		// go-redis' ParseURL reads both from the user info alone: as
+		// parameters it refuses them, as unknown options.
+		return fmt.Errorf("bad redis URL %s: the user and password go in the user info (%s://user:password@host:port, percent-encoded), not in a query parameter", shown, u.Scheme)
+	}
 	switch u.Scheme {
 	case "redis", "rediss":
 		if _, err := redis.ParseURL(rawURL); err != nil {
