@@ -27,6 +27,11 @@ const (
 	EORDERPAID      = "order_paid"            // cancel of a paid order, or pay under another idempotency key
 	ENOTPAYABLE     = "order_not_payable"     // pay of a pending or failed order, or in a sale without payment
 	ENOTCANCELLABLE = "order_not_cancellable" // cancel of a pending or failed order
+
+	// EKEYREUSED: a pay under the idempotency key of an earlier one (or,
+	// without a key, of the order's keyless payment) with another
+	// payment_ref: a key names one call, with its parameters (HTTP 422).
+	EKEYREUSED = "idempotency_key_reused"
 )
 
 // ErrFenced is returned by a write that carries a fencing token lower than

@@ -304,11 +304,12 @@ type Store interface {
 
 	// Pay moves a confirmed order whose deadline lies after p.Now to paid,
 	// with one conditional update. Repeated on the paid order with the same
-	// key it returns the order unchanged. Errors: ENOTFOUND (no such order
-	// in the database, or of another user), EORDEREXPIRED (expired, or
-	// confirmed past its deadline), EORDERCANCELLED, ENOTPAYABLE (failed,
-	// or a sale without a payment step), EORDERPAID (paid under another
-	// key), EINVALID (ref or key out of bounds).
+	// key and ref it returns the order unchanged. Errors: ENOTFOUND (no
+	// such order in the database, or of another user), EORDEREXPIRED
+	// (expired, or confirmed past its deadline), EORDERCANCELLED,
+	// ENOTPAYABLE (failed, or a sale without a payment step), EORDERPAID
+	// (paid under another key), EKEYREUSED (paid under the same key with
+	// another ref), EINVALID (ref or key out of bounds).
 	Pay(ctx context.Context, p Payment) (Order, error)
 	// Cancel moves a confirmed order of user uid (0: any user) to
 	// cancelled and records its Return (remaining + 1) in one transaction.

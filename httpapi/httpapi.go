@@ -49,6 +49,7 @@ var codes = map[string]int{
 	seckill.EORDERPAID:      http.StatusConflict,
 	seckill.ENOTPAYABLE:     http.StatusConflict,
 	seckill.ENOTCANCELLABLE: http.StatusConflict,
+	seckill.EKEYREUSED:      http.StatusUnprocessableEntity,
 
 	"method_not_allowed": http.StatusMethodNotAllowed,
 	codeRateLimited:      http.StatusTooManyRequests,

@@ -253,6 +253,9 @@ func TestOpenAPIAnswers(t *testing.T) {
 				if method != "GET" {
 					probes = append(probes,
 						probe{target: target, body: validBody[method+" "+r.Pattern], contentType: "application/json"},
+						// Once paid with probe-1, another reference under
+						// the same (no) key: 422.
+						probe{target: target, body: `{"payment_ref":"probe-2"}`, contentType: "application/json"},
 						probe{target: target, body: "{", contentType: "application/json"},
 						probe{target: target, body: `{"name":"x"}`, contentType: "text/plain"},
 						probe{target: target, contentType: "application/json", length: httpapi.DefaultMaxBody + 1})

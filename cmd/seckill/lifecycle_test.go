@@ -157,6 +157,9 @@ func TestPayCancel(t *testing.T) {
 				{"no such order", "123/pay", withJSON(user(3)), `{"payment_ref":"x"}`, 404, "not_found", ""},
 				{"idempotent pay with a key", c + "/pay", withJSON(user(3), "Idempotency-Key", "k3"), `{"payment_ref":"tx-3"}`, 200, "", `"status":"paid"`},
 				{"the same key again", c + "/pay", withJSON(user(3), "Idempotency-Key", "k3"), `{"payment_ref":"tx-3"}`, 200, "", `"payment_ref":"tx-3"`},
+				{"the same key, another reference", c + "/pay", withJSON(user(3), "Idempotency-Key", "k3"), `{"payment_ref":"tx-4"}`, 422, "idempotency_key_reused", ""},
+				{"no key, another reference", a + "/pay", withJSON(user(1)), `{"payment_ref":"tx-5"}`, 422, "idempotency_key_reused", ""},
+				{"the first payment stays", c + "/pay", withJSON(user(3), "Idempotency-Key", "k3"), `{"payment_ref":"tx-3"}`, 200, "", `"payment_ref":"tx-3"`},
 			} {
 				r := in.do("POST", "/api/v1/orders/"+tc.path, tc.headers, tc.body)
 				js, _ := json.Marshal(r.body)

@@ -124,9 +124,8 @@ func testPay(t *testing.T, s seckill.Store) {
 	if got := order(t, s, 1); got != want {
 		t.Errorf("Order after Pay = %+v, want %+v", got, want)
 	}
-	// The same call again, later, even with another reference: the first
-	// answer, no second effect.
-	p.Now, p.Ref = now.Add(time.Minute), "psp-ref-other"
+	// The same call again, later: the first answer, no second effect.
+	p.Now = now.Add(time.Minute)
 	if again, err := s.Pay(ctx, p); err != nil || again != want {
 		t.Errorf("Pay repeated = %+v, %v; want %+v", again, err, want)
 	}
@@ -134,6 +133,14 @@ func testPay(t *testing.T, s seckill.Store) {
 	p.UserID = 0
 	if again, err := s.Pay(ctx, p); err != nil || again != want {
 		t.Errorf("Pay repeated by an admin = %+v, %v; want %+v", again, err, want)
+	}
+	// The same key with another reference is another call: refused, and
+	// the first payment stays.
+	p.Ref = "psp-ref-other"
+	o, err = s.Pay(ctx, p)
+	wantCode(t, "Pay under the same key with another reference", err, seckill.EKEYREUSED)
+	if o != (seckill.Order{}) || order(t, s, 1) != want {
+		t.Errorf("Pay under the same key with another reference: returned %+v, the order is %+v; want nothing, and %+v", o, order(t, s, 1), want)
 	}
 	p.Key = "click-2"
 	_, err = s.Pay(ctx, p)
@@ -151,6 +158,8 @@ func testPay(t *testing.T, s seckill.Store) {
 	if again, err := pay(s, 2, 2, "", now); err != nil || again != first {
 		t.Errorf("keyless Pay repeated = %+v, %v; want %+v", again, err, first)
 	}
+	_, err = s.Pay(ctx, seckill.Payment{OrderID: 2, UserID: 2, Ref: first.PaymentRef + "-other", Now: now})
+	wantCode(t, "keyless Pay repeated with another reference", err, seckill.EKEYREUSED)
 	_, err = pay(s, 2, 2, "k", now)
 	wantCode(t, "keyed Pay of an order paid without key", err, seckill.EORDERPAID)
 }

@@ -319,7 +319,10 @@ WHERE id = ? AND status = 'confirmed' AND pay_by > ?`
 }
 
 // payOutcome is what a payment comes to, given the order as the database
-// holds it after the payment's conditional update (ok: it holds one).
+// holds it after the payment's conditional update (ok: it holds one). A
+// paid order answers a call with its key again only if the call is the
+// same, its payment_ref too: another reference under the same key is
+// another payment, which must not be dropped in silence.
 func payOutcome(o orderRow, ok bool, p seckill.Payment) (seckill.Order, error) {
 	id := p.OrderID
 	if !ok || (p.UserID != 0 && o.UserID != p.UserID) {
@@ -327,8 +330,13 @@ func payOutcome(o orderRow, ok bool, p seckill.Payment) (seckill.Order, error) {
 	}
 	switch o.Status {
 	case seckill.OrderPaid:
-		if o.PaymentKey != p.Key {
+		switch {
+		case o.PaymentKey != p.Key:
 			return seckill.Order{}, seckill.Errorf(seckill.EORDERPAID, "order %d was already paid, under another idempotency key", id)
+		case o.PaymentRef != p.Ref && p.Key == "":
+			return seckill.Order{}, seckill.Errorf(seckill.EKEYREUSED, "order %d was already paid without an idempotency key, with another payment_ref", id)
+		case o.PaymentRef != p.Ref:
+			return seckill.Order{}, seckill.Errorf(seckill.EKEYREUSED, "order %d was paid under this idempotency key with another payment_ref: a key names one call, parameters included", id)
 		}
 		return o.Order, nil
 	case seckill.OrderExpired:
