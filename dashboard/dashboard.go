@@ -59,6 +59,9 @@ type Config struct {
 	// (the API's check: httpapi.Server.IsAdmin); it guards the checker.
 	// Nil turns the admin view off.
 	IsAdmin func(*http.Request) bool
+	// Scrub hides the secrets (passwords of the URLs) in the errors' texts
+	// the admin's frames carry. Default: none hidden.
+	Scrub func(string) string
 	// DBURL is the database's URL, opened for each run of the checker,
 	// which reads the tables directly. "": no checker.
 	DBURL string
@@ -111,6 +114,9 @@ func New(cfg Config) *Dashboard {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Scrub == nil {
+		cfg.Scrub = func(s string) string { return s }
+	}
 	d := &Dashboard{cfg: cfg, mux: http.NewServeMux(), hub: newHub(cfg.MaxViewers, cfg.Tick),
 		sampler: newSampler(cfg), checks: make(chan struct{}, 1)}
 	static, err := fs.Sub(assets, "assets")
@@ -160,10 +166,28 @@ func (d *Dashboard) getOnly(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// ServeHTTP serves the dashboard. A path that is not clean (//, /./,
-// /../) is not found, rather than redirected as ServeMux would, with an
-// HTML body.
+// securityHeaders go on every dashboard response. The page takes the admin
+// token: no other site may frame it (a click on its forms would be the
+// admin's), no script but its own may run in it, nothing it serves may be
+// sniffed into another type, and no address of it leaves in a Referer. Its
+// own files, the event stream and the API's routes are all it loads (uPlot
+// sets styles through the CSSOM, which style-src does not govern).
+var securityHeaders = [][2]string{
+	{"Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+		"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"},
+	{"X-Frame-Options", "DENY"},
+	{"X-Content-Type-Options", "nosniff"},
+	{"Referrer-Policy", "no-referrer"},
+}
+
+// ServeHTTP serves the dashboard, with securityHeaders. A path that is not
+// clean (//, /./, /../) is not found, rather than redirected as ServeMux
+// would, with an HTML body.
 func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	for _, kv := range securityHeaders {
+		h.Set(kv[0], kv[1])
+	}
 	if p := r.URL.Path; p == "" || p[0] != '/' || cleaned(p) != p {
 		writeError(w, http.StatusNotFound, seckill.ENOTFOUND, "no such dashboard resource")
 		return
@@ -201,8 +225,15 @@ func (d *Dashboard) Run(ctx context.Context) {
 			d.sampler.forget()
 		}
 		f := d.sampler.frame(ctx, d.hub.count())
-		if b, err := json.Marshal(f); err == nil {
-			d.hub.publish(b, f.Time)
+		b, err := json.Marshal(f)
+		if err == nil {
+			var admin []byte // nil: the same as b
+			if af := f.forAdmin(); af != nil {
+				admin, err = json.Marshal(af)
+			}
+			if err == nil {
+				d.hub.publish(b, admin, f.Time)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -3,7 +3,6 @@ package dashboard
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -30,8 +29,14 @@ type Frame struct {
 	// Activities are the newest activities that have not ended more than
 	// ten minutes ago, newest first.
 	Activities []Activity `json:"activities"`
-	// Errors says what could not be read at this tick.
+	// Errors says what could not be read at this tick: "could not read
+	// Redis", and the like. The errors' own texts (a database's "failed
+	// to connect to user=... database=..."), which tell an outsider about
+	// the setup, go only to a viewer that sends the admin token (see
+	// Dashboard.events), as /healthz tells only the admin.
 	Errors []string `json:"errors,omitempty"`
+
+	details []string // Errors with the errors' texts
 }
 
 // Outcomes counts grab answers: accepted (a new order, 202), already (the
@@ -69,9 +74,11 @@ type Activity struct {
 	Lag     int64 `json:"lag"`
 	Pending int64 `json:"pending"`
 	// States counts the orders in the database by state; StatesError
-	// says why they could not be counted.
-	States      seckill.StateCounts `json:"states,omitempty"`
-	StatesError string              `json:"states_error,omitempty"`
+	// says that they could not be counted (why: to the admin alone, as
+	// for Frame.Errors).
+	States       seckill.StateCounts `json:"states,omitempty"`
+	StatesError  string              `json:"states_error,omitempty"`
+	statesDetail string
 	// LastGrabAt is the time of the last accepted grab (from the last
 	// order id Redis issued), SoldOutAt the same time when the stock in
 	// Redis is 0: the moment the last unit went.
@@ -119,7 +126,8 @@ func (s *sampler) frame(ctx context.Context, viewers int) *Frame {
 	now := time.Now()
 	f := &Frame{Time: now.UnixMilli(), TickMS: s.cfg.Tick.Milliseconds(), Viewers: viewers}
 	fail := func(what string, err error) {
-		f.Errors = append(f.Errors, what+": "+err.Error())
+		f.Errors = append(f.Errors, "could not "+what)
+		f.details = append(f.details, "could not "+what+": "+s.cfg.Scrub(err.Error()))
 		s.cfg.Log.Debug("dashboard: "+what, "err", err)
 	}
 	s.metrics(f, now, fail)
@@ -156,7 +164,8 @@ func (s *sampler) frame(ctx context.Context, viewers int) *Frame {
 		c := s.counts[a.ID]
 		a.States = c.counts
 		if c.err != nil {
-			a.StatesError = c.err.Error()
+			a.StatesError = "orders by state unavailable"
+			a.statesDetail = a.StatesError + ": " + s.cfg.Scrub(c.err.Error())
 		}
 	}
 	return f
@@ -199,10 +208,27 @@ func (s *sampler) count(ctx context.Context, ids []int64) {
 	counts := make(map[int64]stateCount, len(ids))
 	for _, id := range ids {
 		c, err := s.cfg.Store.StateCounts(ctx, id)
-		if err != nil {
-			err = fmt.Errorf("orders by state unavailable: %w", err)
-		}
 		counts[id] = stateCount{counts: c, err: err}
 	}
 	s.counts = counts
+}
+
+// forAdmin returns f as the admin sees it, with the errors' texts; nil
+// when that is f itself (nothing failed).
+func (f *Frame) forAdmin() *Frame {
+	a := *f
+	a.Errors = f.details
+	cloned := false
+	for i, act := range f.Activities {
+		if act.statesDetail != "" {
+			if !cloned {
+				a.Activities, cloned = slices.Clone(f.Activities), true
+			}
+			a.Activities[i].StatesError = act.statesDetail
+		}
+	}
+	if len(f.details) == 0 && !cloned {
+		return nil
+	}
+	return &a
 }

@@ -29,26 +29,36 @@ type hub struct {
 
 type viewer struct {
 	frames chan []byte // SSE messages; closed when the hub closes
+	admin  bool        // sent the admin's frames (see Frame.Errors)
 }
 
 type stamped struct {
-	at  int64 // Unix ms
-	msg []byte
+	at    int64 // Unix ms
+	msg   []byte
+	admin []byte // the admin's message, nil when it is msg
+}
+
+// of returns the message for a viewer, admin or not.
+func (s stamped) of(admin bool) []byte {
+	if admin && s.admin != nil {
+		return s.admin
+	}
+	return s.msg
 }
 
 func newHub(max int, tick time.Duration) *hub {
 	return &hub{max: max, keep: int(History / tick), wake: make(chan struct{}, 1), viewers: map[*viewer]struct{}{}}
 }
 
-// join adds a viewer, or refuses (false) when the hub is full or closed.
-// It returns the history to send first.
-func (h *hub) join() (*viewer, []byte, bool) {
+// join adds a viewer, an admin's or not, or refuses (false) when the hub
+// is full or closed. It returns the history to send first.
+func (h *hub) join(admin bool) (*viewer, []byte, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed || len(h.viewers) >= h.max {
 		return nil, nil, false
 	}
-	v := &viewer{frames: make(chan []byte, 4)}
+	v := &viewer{frames: make(chan []byte, 4), admin: admin}
 	h.viewers[v] = struct{}{}
 	if len(h.viewers) == 1 {
 		select {
@@ -56,12 +66,12 @@ func (h *hub) join() (*viewer, []byte, bool) {
 		default:
 		}
 	}
-	return v, h.historyLocked(), true
+	return v, h.historyLocked(admin), true
 }
 
-// historyLocked encodes the recent frames as one "history" event whose data
-// is a JSON array of them.
-func (h *hub) historyLocked() []byte {
+// historyLocked encodes the recent frames, the admin's or not, as one
+// "history" event whose data is a JSON array of them.
+func (h *hub) historyLocked(admin bool) []byte {
 	since := time.Now().Add(-History).UnixMilli()
 	var b bytes.Buffer
 	b.WriteString("event: history\ndata: [")
@@ -73,7 +83,7 @@ func (h *hub) historyLocked() []byte {
 		if n > 0 {
 			b.WriteByte(',')
 		}
-		b.Write(frameJSON(s.msg))
+		b.Write(frameJSON(s.of(admin)))
 		n++
 	}
 	b.WriteString("]\n\n")
@@ -94,12 +104,19 @@ func (h *hub) count() int {
 	return len(h.viewers)
 }
 
-// publish sends one frame (its JSON) to every viewer that has room for it.
-func (h *hub) publish(frame []byte, at int64) {
-	msg := make([]byte, 0, len(frame)+32)
-	msg = append(msg, "event: tick\ndata: "...)
-	msg = append(msg, frame...)
-	msg = append(msg, "\n\n"...)
+// publish sends one frame (its JSON, and the admin's, nil if the same) to
+// every viewer that has room for it.
+func (h *hub) publish(frame, admin []byte, at int64) {
+	tick := func(frame []byte) []byte {
+		msg := make([]byte, 0, len(frame)+32)
+		msg = append(msg, "event: tick\ndata: "...)
+		msg = append(msg, frame...)
+		return append(msg, "\n\n"...)
+	}
+	st := stamped{at: at, msg: tick(frame)}
+	if admin != nil {
+		st.admin = tick(admin)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -108,10 +125,10 @@ func (h *hub) publish(frame []byte, at int64) {
 	if len(h.history) == h.keep {
 		h.history = append(h.history[:0], h.history[1:]...)
 	}
-	h.history = append(h.history, stamped{at: at, msg: msg})
+	h.history = append(h.history, st)
 	for v := range h.viewers {
 		select {
-		case v.frames <- msg:
+		case v.frames <- st.of(v.admin):
 		default: // behind: this frame is lost to it
 		}
 	}
@@ -136,9 +153,12 @@ func frameJSON(msg []byte) []byte {
 
 // events streams the frames to one page, as Server-Sent Events: a
 // "history" event first, then a "tick" event per frame. The browser's
-// EventSource reconnects by itself after the stream ends.
+// EventSource reconnects by itself after the stream ends. A request with
+// the admin token gets the admin's frames, which say why a read failed
+// (a browser's EventSource sends no header: the page shows what anyone
+// sees, and `curl -N -H "Authorization: Bearer ..."` the details).
 func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
-	v, history, ok := d.hub.join()
+	v, history, ok := d.hub.join(d.isAdmin(r))
 	if !ok {
 		writeError(w, http.StatusServiceUnavailable, seckill.EUNAVAILABLE,
 			"the dashboard has "+strconv.Itoa(d.cfg.MaxViewers)+" viewers, or is shutting down; try again later")

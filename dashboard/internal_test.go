@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -42,11 +43,11 @@ func deref(p *float64) any {
 // never wait for it.
 func TestHubSlowViewer(t *testing.T) {
 	h := newHub(10, time.Second) // a minute of history: 60 frames
-	slow, _, _ := h.join()
-	fast, _, _ := h.join()
+	slow, _, _ := h.join(false)
+	fast, _, _ := h.join(false)
 	got := 0
 	for i := range 100 {
-		h.publish(fmt.Appendf(nil, `{"t":%d}`, i), time.Now().UnixMilli()) // returns at once, slow or not
+		h.publish(fmt.Appendf(nil, `{"t":%d}`, i), nil, time.Now().UnixMilli()) // returns at once, slow or not
 		<-fast.frames
 		got++
 	}
@@ -54,7 +55,7 @@ func TestHubSlowViewer(t *testing.T) {
 		t.Fatalf("fast viewer got %d of 100; slow viewer holds %d of %d", got, len(slow.frames), cap(slow.frames))
 	}
 	// The history holds the last minute's frames, at most.
-	_, history, _ := h.join()
+	_, history, _ := h.join(false)
 	if want := `[{"t":40},`; len(h.history) != 60 || !strings.HasPrefix(string(history), "event: history\ndata: "+want) ||
 		!strings.HasSuffix(string(history), `{"t":99}]`+"\n\n") {
 		t.Errorf("history of %d frames (keep %d): %.80s...", len(h.history), h.keep, history)
@@ -65,7 +66,44 @@ func TestHubSlowViewer(t *testing.T) {
 	}
 	for range slow.frames {
 	}
-	if _, _, ok := h.join(); ok {
+	if _, _, ok := h.join(false); ok {
 		t.Error("a closed hub took a viewer")
+	}
+}
+
+// A viewer with the admin token gets the frames with the errors' texts,
+// in its history too; any other viewer the frames without. A frame
+// without errors is one message for both.
+func TestHubAdminFrames(t *testing.T) {
+	h := newHub(10, time.Second)
+	stranger, _, _ := h.join(false)
+	admin, _, _ := h.join(true)
+	f := &Frame{Time: 1, Activities: []Activity{{ID: 1}, {ID: 2}}}
+	if f.forAdmin() != nil {
+		t.Fatal("a frame without errors has an admin's version")
+	}
+	f.Errors, f.details = []string{"could not read Redis"}, []string{"could not read Redis: WRONGPASS invalid username-password pair"}
+	f.Activities[1].StatesError = "orders by state unavailable"
+	f.Activities[1].statesDetail = "orders by state unavailable: failed to connect to user=postgres database=shop"
+	pub, _ := json.Marshal(f)
+	adm, _ := json.Marshal(f.forAdmin())
+	if f.Activities[1].StatesError != "orders by state unavailable" || strings.Contains(string(pub), "WRONGPASS") || strings.Contains(string(pub), "user=postgres") {
+		t.Fatalf("the public frame tells the errors' texts: %s", pub)
+	}
+	if !strings.Contains(string(adm), "WRONGPASS") || !strings.Contains(string(adm), "user=postgres") {
+		t.Fatalf("the admin's frame lacks the errors' texts: %s", adm)
+	}
+	h.publish(pub, adm, time.Now().UnixMilli())
+	h.publish([]byte(`{"t":2}`), nil, time.Now().UnixMilli())
+	for _, c := range []struct {
+		v     *viewer
+		admin bool
+	}{{stranger, false}, {admin, true}} {
+		first, second := string(<-c.v.frames), string(<-c.v.frames)
+		_, history, _ := h.join(c.admin)
+		if strings.Contains(first, "WRONGPASS") != c.admin || strings.Contains(string(history), "WRONGPASS") != c.admin ||
+			second != "event: tick\ndata: {\"t\":2}\n\n" {
+			t.Errorf("admin %v: got %q, then %q; history %q", c.admin, first, second, history)
+		}
 	}
 }

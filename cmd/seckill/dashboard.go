@@ -26,7 +26,8 @@ func newDashboard(c serveConfig, bk *backends, o *stock.Observer, m *sale.Metric
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m.Grabs, api.Latency())
 	return dashboard.New(dashboard.Config{Store: bk.store, Engine: bk.engine, Observer: o, Metrics: reg,
-		IsAdmin: api.IsAdmin, DBURL: c.backend.dbURL, CompareResults: c.compareResults, Log: log})
+		IsAdmin: api.IsAdmin, Scrub: (secrets{}).add(c.backend.secrets()...).scrub,
+		DBURL: c.backend.dbURL, CompareResults: c.compareResults, Log: log})
 }
 
 // runDashboard runs d's ticker among serve's background work. Its event

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
@@ -104,6 +106,15 @@ func TestDashboardInBrowser(t *testing.T) {
 		return strings.TrimSpace(s)
 	}
 
+	// Whatever the page's Content-Security-Policy refuses it (a script, a
+	// style, a connection) is recorded, from before the page's first line.
+	do("watch for refusals of the page's policy", chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tgt, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
+			Source: `window.cspRefusals = [];
+				document.addEventListener("securitypolicyviolation",
+					(e) => window.cspRefusals.push(e.violatedDirective + " " + e.blockedURI + " (" + e.sourceFile + ":" + e.lineNumber + ")"));`})
+		return err
+	}))
 	// The page is open before the sale, with the admin token set.
 	do("open the dashboard", chromedp.Navigate(in.url+"/dashboard/"),
 		chromedp.WaitVisible(chromedp.CSS("#conn.live")),
@@ -170,6 +181,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+	refusals, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.cspRefusals`))
+	if err != nil || len(refusals) > 0 {
+		t.Errorf("the page's Content-Security-Policy refused: %v %v", refusals, err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(jsErrors) > 0 {

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckilldev/seckill/dashboard"
+	"github.com/seckilldev/seckill/internal/testenv"
+)
+
+// The hostile-client suite, continued: the Low findings of issue 28.
+
+// TestHostileDashboardErrors: when Redis or the database fails, the
+// dashboard's event stream tells a stranger what could not be read, and
+// nothing of why (no user, database or server names, as /healthz); the
+// admin's stream, with the token, tells why, without the password. Redis
+// is failed by a password rotation: its WRONGPASS is named as such (it
+// was `strconv.ParseInt: parsing "": invalid syntax`), then the database
+// by refusing connections to it.
+func TestHostileDashboardErrors(t *testing.T) {
+	const password = "redis-old-password"
+	srv := testenv.StartRedis(t)
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	if err := admin.ConfigSet(ctx, "requirepass", password).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dbURL := testenv.PostgresURL(t)
+	h := serveProcess(t, ":"+password+"@"+srv.Addr, dbURL, testenv.Prefix(t), "--no-worker")
+	h.createActivity(10, 0)
+
+	stream := func(token string) <-chan dashboard.Frame {
+		t.Helper()
+		req, _ := http.NewRequest("GET", h.url+"/dashboard/events", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := (&http.Client{}).Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("events: %v %v", resp, err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		frames := make(chan dashboard.Frame, 1000)
+		go func() {
+			defer close(frames)
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(nil, 1<<20)
+			for sc.Scan() {
+				var f dashboard.Frame
+				if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok && json.Unmarshal([]byte(data), &f) == nil {
+					frames <- f
+				}
+			}
+		}()
+		return frames
+	}
+	public, adminFrames := stream(""), stream(h.token)
+	frameText := func(f dashboard.Frame) string { b, _ := json.Marshal(f); return string(b) }
+	secret := []string{password, "user=", "database=", "seckill_test_", "127.0.0.1", "WRONGPASS", "accepting", "SQLSTATE", "EOF"}
+	// until returns the first frame computed at or after the time after
+	// (Unix ms) whose errors mention want. Every stranger's frame on the
+	// way is checked: none tells a reason.
+	until := func(frames <-chan dashboard.Frame, want string, stranger bool, after int64) dashboard.Frame {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case f, ok := <-frames:
+				if !ok {
+					t.Fatalf("the stream ended before a frame said %q", want)
+				}
+				for _, s := range secret {
+					if stranger && strings.Contains(frameText(f), s) {
+						t.Fatalf("a stranger's frame tells %q: %s", s, frameText(f))
+					}
+				}
+				if f.Time >= after && strings.Contains(strings.Join(f.Errors, "; "), want) {
+					return f
+				}
+			case <-timeout:
+				t.Fatalf("no frame said %q in 30s", want)
+			}
+		}
+	}
+
+	// Redis: a password rotation; serve's connections are dropped and come
+	// back with the old password (the first reads may fail otherwise: the
+	// dropped connection's EOF).
+	if err := admin.ConfigSet(ctx, "requirepass", "redis-new-password").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	f := until(adminFrames, "could not read Redis: WRONGPASS", false, 0)
+	if text := frameText(f); strings.Contains(text, "ParseInt") || strings.Contains(text, password) {
+		t.Errorf("the admin's frame, after a password rotation: %s; want WRONGPASS named, and no password", text)
+	}
+	until(public, "could not read Redis", true, f.Time)
+
+	// The database refuses every connection.
+	pg, err := sql.Open("pgx", testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close()
+	u, _ := url.Parse(dbURL)
+	name := strings.TrimPrefix(u.Path, "/")
+	for _, q := range []string{`ALTER DATABASE "` + name + `" ALLOW_CONNECTIONS false`,
+		`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '` + name + `'`} {
+		if _, err := pg.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f = until(adminFrames, "is not currently accepting connections", false, 0)
+	until(public, "could not list the activities", true, f.Time)
+}
+
+// TestHostileDashboardHeaders: every answer under /dashboard/, the page
+// that takes the admin token first, forbids framing it (CSP
+// frame-ancestors and X-Frame-Options), any script, style or connection
+// but its own (CSP), and type sniffing. TestDashboardInBrowser holds the
+// page to working under that policy.
+func TestHostileDashboardHeaders(t *testing.T) {
+	h := serveProcess(t, testenv.RedisAddr(t), testenv.PostgresURL(t), testenv.Prefix(t), "--no-worker")
+	for _, path := range []string{"/dashboard/", "/dashboard/app/dashboard.js", "/dashboard/vendor/uplot/uPlot.min.css",
+		"/dashboard/events", "/dashboard/api/compare", "/dashboard/no-such-thing", "/dashboard"} {
+		resp, err := h.client.Get(h.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		csp := resp.Header.Get("Content-Security-Policy")
+		for _, want := range []string{"default-src 'none'", "script-src 'self'", "style-src 'self'", "connect-src 'self'",
+			"frame-ancestors 'none'", "base-uri 'none'", "form-action 'none'"} {
+			if !strings.Contains(csp, want) {
+				t.Errorf("%s (%d): Content-Security-Policy %q lacks %q", path, resp.StatusCode, csp, want)
+			}
+		}
+		if strings.Contains(csp, "unsafe") {
+			t.Errorf("%s: Content-Security-Policy %q allows unsafe sources", path, csp)
+		}
+		for k, want := range map[string]string{"X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"} {
+			if got := resp.Header.Get(k); got != want {
+				t.Errorf("%s (%d): %s %q, want %q", path, resp.StatusCode, k, got, want)
+			}
+		}
+	}
+}
