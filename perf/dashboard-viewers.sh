@@ -28,9 +28,9 @@ redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir $T --da
 psql -qAt -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS dash_viewers WITH (FORCE)" -c "CREATE DATABASE dash_viewers" >/dev/null || exit 1
 sleep 0.5
 $T/seckill serve --listen 127.0.0.1:$SP --redis redis://127.0.0.1:$RP/0 --db "postgres://postgres@127.0.0.1:5432/dash_viewers?sslmode=disable" \
-  --admin-token perf >$T/serve.log 2>&1 & pids+=($!)
+  --admin-token perf-admin-token-0123456789abcdef >$T/serve.log 2>&1 & pids+=($!)
 for i in $(seq 100); do curl -fs http://127.0.0.1:$SP/healthz >/dev/null && break; sleep 0.2; done
-mk() { curl -s -X POST http://127.0.0.1:$SP/api/v1/activities -H 'Authorization: Bearer perf' -H 'Content-Type: application/json' \
+mk() { curl -s -X POST http://127.0.0.1:$SP/api/v1/activities -H 'Authorization: Bearer perf-admin-token-0123456789abcdef' -H 'Content-Type: application/json' \
   -d "{\"name\":\"perf\",\"stock\":$1,\"starts_at\":\"$(date -u -d '-5 sec' +%FT%TZ)\",\"ends_at\":\"$(date -u -d '+1 hour' +%FT%TZ)\"}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["id"])'; }
 A=$(mk 100000000) && B=$(mk 1) || { echo "cannot create activities"; tail -5 $T/serve.log; exit 1; }
 curl -s -X POST http://127.0.0.1:$SP/api/v1/activities/$B/grab -H 'X-User-ID: 1' >/dev/null

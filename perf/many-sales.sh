@@ -47,10 +47,10 @@ fi
 psql -qAt -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS many_sales WITH (FORCE)" -c "CREATE DATABASE many_sales" >/dev/null || exit 1
 SP=$(port)
 $T/seckill serve --listen 127.0.0.1:$SP --redis "$REDIS" --db "postgres://postgres@127.0.0.1:5432/many_sales?sslmode=disable" \
-  --admin-token perf >$T/serve.log 2>&1 & pids+=($!)
+  --admin-token perf-admin-token-0123456789abcdef >$T/serve.log 2>&1 & pids+=($!)
 U=http://127.0.0.1:$SP
 for i in $(seq 100); do curl -fs $U/healthz >/dev/null && break; sleep 0.2; done
-mk() { curl -s -X POST $U/api/v1/activities -H 'Authorization: Bearer perf' -H 'Content-Type: application/json' \
+mk() { curl -s -X POST $U/api/v1/activities -H 'Authorization: Bearer perf-admin-token-0123456789abcdef' -H 'Content-Type: application/json' \
   -d "{\"name\":\"perf\",\"stock\":$1,\"starts_at\":\"$(date -u -d '-5 sec' +%FT%TZ)\",\"ends_at\":\"$(date -u -d '+1 hour' +%FT%TZ)\"}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["id"])'; }
 A=$(mk 10000000) || { echo "cannot create activities"; tail -5 $T/serve.log; exit 1; }
 run() { wrk -t1 -c$CONN -d$DUR --latency -s "$grab" $U -- /api/v1/activities/$A/grab $1 2>&1 | tee -a $T/wrk.log | awk '/Requests\/sec/{print $2}'; }
@@ -62,13 +62,13 @@ for i in $(seq 2 $LIVE); do
 done
 sleep 2
 many+=($(run 20000000))
-one_more() { curl -s -o /dev/null -w '%{time_total}\n' -X POST $U/api/v1/activities -H 'Authorization: Bearer perf' -H 'Content-Type: application/json' \
+one_more() { curl -s -o /dev/null -w '%{time_total}\n' -X POST $U/api/v1/activities -H 'Authorization: Bearer perf-admin-token-0123456789abcdef' -H 'Content-Type: application/json' \
   -d "{\"name\":\"one more\",\"stock\":10,\"starts_at\":\"$(date -u -d '+1 min' +%FT%TZ)\",\"ends_at\":\"$(date -u -d '+1 hour' +%FT%TZ)\"}"; }
-unknown() { curl -s -o /dev/null -w '%{time_total}\n' $U/api/v1/orders/$((RANDOM*100000+RANDOM)) -H 'Authorization: Bearer perf'; }
+unknown() { curl -s -o /dev/null -w '%{time_total}\n' $U/api/v1/orders/$((RANDOM*100000+RANDOM)) -H 'Authorization: Bearer perf-admin-token-0123456789abcdef'; }
 c=(); o=()
 for i in $(seq 20); do c+=($(one_more)); o+=($(unknown)); done
 many+=($(run 30000000))
-live=$(curl -s $U/metrics -H 'Authorization: Bearer perf' | awk '/^go_goroutines /{print $2}')
+live=$(curl -s $U/metrics -H 'Authorization: Bearer perf-admin-token-0123456789abcdef' | awk '/^go_goroutines /{print $2}')
 conns=$( [ -n "${CLUSTER:-}" ] && echo "(cluster)" || redis-cli -p $RP client list | wc -l)
 grep -E 'Non-2xx|Socket errors' $T/wrk.log | sort | uniq -c
 grep -ciE 'level=(WARN|ERROR)' $T/serve.log | sed 's/^/serve warnings+errors: /'

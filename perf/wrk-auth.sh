@@ -36,7 +36,7 @@ redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir $T --da
 psql -qAt -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS wrk_auth WITH (FORCE)" -c "CREATE DATABASE wrk_auth" >/dev/null || exit 1
 sleep 0.5
 S=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n') # passed in the environment, not on command lines
-common=(--redis redis://127.0.0.1:$RP/0 --db "postgres://postgres@127.0.0.1:5432/wrk_auth?sslmode=disable" --admin-token perf ${NO_WORKER:+--no-worker})
+common=(--redis redis://127.0.0.1:$RP/0 --db "postgres://postgres@127.0.0.1:5432/wrk_auth?sslmode=disable" --admin-token perf-admin-token-0123456789abcdef ${NO_WORKER:+--no-worker})
 limits=(--identity jwt --user-rate 1000 --user-burst 1000 --ip-rate 1000000 --ip-burst 1000000)
 declare -A url
 for mode in off on redis off2; do
@@ -55,7 +55,7 @@ done
 for mode in off on redis off2; do
   for i in $(seq 100); do curl -fs ${url[$mode]}/healthz >/dev/null && break; sleep 0.2; done
 done
-mk() { curl -s -X POST $1/api/v1/activities -H 'Authorization: Bearer perf' -H 'Content-Type: application/json' \
+mk() { curl -s -X POST $1/api/v1/activities -H 'Authorization: Bearer perf-admin-token-0123456789abcdef' -H 'Content-Type: application/json' \
   -d "{\"name\":\"perf\",\"stock\":$2,\"starts_at\":\"$(date -u -d '-5 sec' +%FT%TZ)\",\"ends_at\":\"$(date -u -d '+1 hour' +%FT%TZ)\"}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["id"])'; }
 declare -A A B
 for mode in off on redis off2; do

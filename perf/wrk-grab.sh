@@ -39,7 +39,7 @@ redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir $T --da
 psql -qAt "$PGURL/postgres" -c "DROP DATABASE IF EXISTS wrk_grab WITH (FORCE)" -c "CREATE DATABASE wrk_grab" >/dev/null || exit 1
 sleep 0.5
 $T/seckill serve --listen 127.0.0.1:$SP --redis redis://127.0.0.1:$RP/0 --db "$PGURL/wrk_grab?sslmode=disable" \
-  --admin-token perf ${NO_WORKER:+--no-worker} ${SERVE_FLAGS:-} >$T/serve.log 2>&1 & pids+=($!)
+  --admin-token perf-admin-token-0123456789abcdef ${NO_WORKER:+--no-worker} ${SERVE_FLAGS:-} >$T/serve.log 2>&1 & pids+=($!)
 $T/baseline -listen 127.0.0.1:$BP >$T/base.log 2>&1 & pids+=($!)
 for i in $(seq 100); do curl -fs http://127.0.0.1:$SP/healthz >/dev/null && curl -fs http://127.0.0.1:$BP/hello >/dev/null && break; sleep 0.2; done
 if [ -n "${ACK:-}" ]; then # a replica, and a serve that answers a grab once ACK replicas hold it
@@ -47,10 +47,10 @@ if [ -n "${ACK:-}" ]; then # a replica, and a serve that answers a grab once ACK
   redis-server --port $QP --bind 127.0.0.1 --save "" --appendonly no --dir $T/replica --daemonize no --replicaof 127.0.0.1 $RP >$T/replica.log 2>&1 & pids+=($!)
   for i in $(seq 100); do redis-cli -p $QP info replication | grep -q master_link_status:up && break; sleep 0.2; done
   $T/seckill serve --listen 127.0.0.1:$AP --redis redis://127.0.0.1:$RP/0 --db "$PGURL/wrk_grab?sslmode=disable" \
-    --admin-token perf ${NO_WORKER:+--no-worker} --ack-replicas $ACK ${SERVE_FLAGS:-} >$T/serve-ack.log 2>&1 & pids+=($!)
+    --admin-token perf-admin-token-0123456789abcdef ${NO_WORKER:+--no-worker} --ack-replicas $ACK ${SERVE_FLAGS:-} >$T/serve-ack.log 2>&1 & pids+=($!)
   for i in $(seq 100); do curl -fs http://127.0.0.1:$AP/healthz >/dev/null && break; sleep 0.2; done
 fi
-mk() { curl -s -X POST http://127.0.0.1:$SP/api/v1/activities -H 'Authorization: Bearer perf' -H 'Content-Type: application/json' \
+mk() { curl -s -X POST http://127.0.0.1:$SP/api/v1/activities -H 'Authorization: Bearer perf-admin-token-0123456789abcdef' -H 'Content-Type: application/json' \
   -d "{\"name\":\"perf\",\"stock\":$1,\"starts_at\":\"$(date -u -d '-5 sec' +%FT%TZ)\",\"ends_at\":\"$(date -u -d '+1 hour' +%FT%TZ)\"}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["id"])'; }
 A=$(mk 100000000) && B=$(mk 1) && C=$(mk 100000000) || { echo "cannot create activities"; tail -5 $T/serve.log; exit 1; }
 curl -s -X POST http://127.0.0.1:$SP/api/v1/activities/$B/grab -H 'X-User-ID: 1' >/dev/null
@@ -77,7 +77,7 @@ for r in $(seq $ROUNDS); do
 done
 # Every grab of the first scenario must be 202 and every one of the second 409: the server's own
 # count says whether anything else was answered.
-for p in $SP ${ACK:+$AP}; do curl -s http://127.0.0.1:$p/metrics -H 'Authorization: Bearer perf' | awk '/^seckill_grabs_total/ && $2 > 0 {printf "  %s %d\n", $1, $2
+for p in $SP ${ACK:+$AP}; do curl -s http://127.0.0.1:$p/metrics -H 'Authorization: Bearer perf-admin-token-0123456789abcdef' | awk '/^seckill_grabs_total/ && $2 > 0 {printf "  %s %d\n", $1, $2
   if ($1 !~ /"(accepted|sold_out)"/) print "  warning: answers other than accepted and sold out" }'; done
 awk '/^-- /{l=$2} /Socket errors/{print "  " l ": " $0}' $T/wrk.log
 python3 - $T/runs $(getconf CLK_TCK) <<'PY'

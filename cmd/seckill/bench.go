@@ -436,7 +436,7 @@ func startChildService(ctx context.Context, c *benchConfig, stderr io.Writer) (*
 		cleanup = append(cleanup, func() { os.RemoveAll(dir) })
 		c.dbURL = "sqlite://" + filepath.Join(dir, "bench.db")
 	}
-	c.adminToken = "bench-" + randomHex(8)
+	c.adminToken = "bench-" + randomHex(16)
 	c.prefix = "bench" + randomHex(4)
 	args := []string{"serve", "--listen", "127.0.0.1:0", "--admin-token", c.adminToken, "--db", c.dbURL,
 		"--redis-prefix", c.prefix, "--log-level", "warn"}

@@ -109,7 +109,7 @@ func TestBenchBaselineWrk(t *testing.T) {
 func TestBenchBaselineWrkRefused(t *testing.T) {
 	testenv.NeedBinary(t, "wrk")
 	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
-	startProc(t, "serve", "--no-worker", "--listen", addr, "--admin-token", "tok", "--ip-rate", "50",
+	startProc(t, "serve", "--no-worker", "--listen", addr, "--admin-token", testAdminToken, "--ip-rate", "50",
 		"--redis", redisURL(t), "--db", testenv.PostgresURL(t), "--redis-prefix", testenv.Prefix(t))
 	waitHTTP(t, "http://"+addr+"/healthz")
 	bin, err := buildBinary()
@@ -117,7 +117,7 @@ func TestBenchBaselineWrkRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "bench", "--baseline", "--generator", "wrk", "--duration", "1s",
-		"--target", "http://"+addr, "--admin-token", "tok")
+		"--target", "http://"+addr, "--admin-token", testAdminToken)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -145,7 +145,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err e
 	c.token = crowd.token()
 
 	// The service, in this process, on a loopback port.
-	token := "demo-" + randomHex(8)
+	token := "demo-" + randomHex(16)
 	prefix := "demo" + randomHex(4)
 	ready := make(chan string, 1)
 	srvCtx, stopSrv := context.WithCancel(ctx)

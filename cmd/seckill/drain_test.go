@@ -50,10 +50,10 @@ func TestServeDrain(t *testing.T) {
 	)
 	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 	base := "http://" + addr
-	p := startProc(t, "serve", "--listen", addr, "--admin-token", "tok", "--log-level", "info",
+	p := startProc(t, "serve", "--listen", addr, "--admin-token", testAdminToken, "--log-level", "info",
 		"--drain-idle", "1h", "--redis", "redis://"+redisAddr, "--db", dbURL, "--redis-prefix", prefix)
 	waitHTTP(t, base+"/healthz")
-	in := &instance{t: t, url: base, token: "tok", client: &http.Client{}}
+	in := &instance{t: t, url: base, token: testAdminToken, client: &http.Client{}}
 	id := in.createActivity(stockN, 0)
 	// Only the crowd's connections stay open: the drain waits for none other.
 	http.DefaultClient.CloseIdleConnections()

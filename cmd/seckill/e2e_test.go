@@ -26,6 +26,10 @@ type instance struct {
 	client *http.Client
 }
 
+// testAdminToken is the --admin-token of the serve processes the tests
+// start: serve refuses one below 16 bytes, and warns below 32.
+const testAdminToken = "test-admin-token-0123456789abcdef"
+
 type backend struct {
 	name     string
 	redisURL string
@@ -38,7 +42,7 @@ func startServe(t testing.TB, be backend, prefix string, extra ...string) *insta
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	in := &instance{t: t, token: "admintoken-" + testenv.RandHex(4), prefix: prefix,
+	in := &instance{t: t, token: "admintoken-" + testenv.RandHex(16), prefix: prefix,
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
 	c := serveConfig{listen: "127.0.0.1:0", adminToken: in.token,
 		backend: backendFlags{redisURL: be.redisURL, dbURL: be.dbURL, prefix: prefix},

@@ -60,7 +60,7 @@ func expiryRace(t *testing.T, dbURL string) {
 	common := []string{"--redis", "redis://" + redisAddr, "--db", dbURL, "--redis-prefix", prefix}
 
 	apiAddr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
-	api := startProc(t, append([]string{"serve", "--no-worker", "--expiry=false", "--listen", apiAddr, "--admin-token", "tok"}, common...)...)
+	api := startProc(t, append([]string{"serve", "--no-worker", "--expiry=false", "--listen", apiAddr, "--admin-token", testAdminToken}, common...)...)
 	waitHTTP(t, "http://"+apiAddr+"/healthz")
 	var workers []*proc
 	var metrics []string
@@ -86,7 +86,7 @@ func expiryRace(t *testing.T, dbURL string) {
 	})
 	other := 1 - leader
 
-	in := &instance{t: t, url: "http://" + apiAddr, token: "tok", client: &http.Client{Timeout: 30 * time.Second,
+	in := &instance{t: t, url: "http://" + apiAddr, token: testAdminToken, client: &http.Client{Timeout: 30 * time.Second,
 		Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
 	now := time.Now()
 	r := in.do("POST", "/api/v1/activities", in.admin(), fmt.Sprintf(

@@ -186,6 +186,30 @@ func (g *guardFlags) trustedProxies() ([]netip.Prefix, error) {
 	return out, nil
 }
 
+// The bounds on --admin-token. The token is compared in constant time, and
+// guesses cost one request each (--ip-rate slows them): 16 bytes of
+// printable text are still far beyond a guess; 32, the length of the token
+// serve generates and of the shortest JWT secret, is what is recommended.
+const (
+	minAdminToken  = 16
+	goodAdminToken = 32
+)
+
+// checkAdminToken refuses an admin token shorter than minAdminToken, and
+// warns of one shorter than goodAdminToken ("": none given, serve generates
+// one).
+func checkAdminToken(token string, log *slog.Logger) error {
+	switch n := len(token); {
+	case n == 0:
+	case n < minAdminToken:
+		return usagef("the token of --admin-token or %s is %d bytes, too short: want at least %d, better %d (head -c 24 /dev/urandom | base64), or none for a generated one",
+			envName("admin-token"), n, minAdminToken, goodAdminToken)
+	case n < goodAdminToken:
+		log.Warn("the admin token is shorter than recommended", "bytes", n, "want", goodAdminToken)
+	}
+	return nil
+}
+
 // secrets returns what must never be logged: the JWT secret, the
 // credentials of a JWK Set URL (https://user:pw@..., ?token=...) and the
 // admin token (a generated one is printed once, on stdout, by design). A

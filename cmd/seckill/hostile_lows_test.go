@@ -19,6 +19,34 @@ import (
 
 // The hostile-client suite, continued: the Low findings of issue 28.
 
+// TestHostileWeakAdminToken: an admin token below 16 bytes is refused at
+// start (exit 2, naming the flag and its environment twin), one below 32
+// is warned about, one of 32 or more and a generated one start silently.
+func TestHostileWeakAdminToken(t *testing.T) {
+	serveRefuses(t, []string{"--admin-token", "a"}, "", "--admin-token or SECKILL_ADMIN_TOKEN is 1 bytes, too short: want at least 16")
+	serveRefuses(t, []string{"--admin-token", strings.Repeat("k", 15)}, "", "is 15 bytes")
+	t.Setenv("SECKILL_ADMIN_TOKEN", "perf")
+	serveRefuses(t, nil, "perf", "--admin-token or SECKILL_ADMIN_TOKEN is 4 bytes")
+	t.Setenv("SECKILL_ADMIN_TOKEN", "")
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		args []string
+		warn bool
+	}{
+		{[]string{"--admin-token", strings.Repeat("k", 16)}, true},
+		{[]string{"--admin-token", strings.Repeat("k", 31)}, true},
+		{[]string{"--admin-token", strings.Repeat("k", 32)}, false},
+		{nil, false},
+	} {
+		// Let through, serve stops at once on the cancelled context.
+		code, _, stderr := runCLI(t, cancelled, append([]string{"serve", "--listen", "127.0.0.1:0", "--db", "sqlite://:memory:"}, tc.args...)...)
+		if code != exitOK || strings.Contains(stderr, "shorter than recommended") != tc.warn {
+			t.Errorf("serve %v: exit %d, warned %v; want exit 0, warned %v:\n%s", tc.args, code, !tc.warn, tc.warn, stderr)
+		}
+	}
+}
+
 // TestHostileDashboardErrors: when Redis or the database fails, the
 // dashboard's event stream tells a stranger what could not be read, and
 // nothing of why (no user, database or server names, as /healthz); the

@@ -50,7 +50,7 @@ func serveProcess(t *testing.T, redisAddr, dbURL, prefix string, extra ...string
 		t.Skip("builds and runs processes")
 	}
 	h := &hostile{addr: "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))}
-	args := []string{"serve", "--listen", h.addr, "--admin-token", "hostile-admin", "--redis", "redis://" + redisAddr,
+	args := []string{"serve", "--listen", h.addr, "--admin-token", testAdminToken, "--redis", "redis://" + redisAddr,
 		"--db", dbURL, "--redis-prefix", prefix}
 	if slices.Contains(extra, "--debug-listen") {
 		h.debug = "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
@@ -58,7 +58,7 @@ func serveProcess(t *testing.T, redisAddr, dbURL, prefix string, extra ...string
 		args = append(args, "--debug-listen", h.debug)
 	}
 	startProc(t, append(args, extra...)...)
-	h.instance = &instance{t: t, url: "http://" + h.addr, token: "hostile-admin",
+	h.instance = &instance{t: t, url: "http://" + h.addr, token: testAdminToken,
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	waitHTTP(t, h.url+"/healthz")

@@ -132,13 +132,13 @@ func TestMultiProcess(t *testing.T) {
 	for range 2 {
 		port := testenv.FreePort(t)
 		addr := "127.0.0.1:" + strconv.Itoa(port)
-		apiProcs = append(apiProcs, startProc(t, append([]string{"serve", "--no-worker", "--listen", addr, "--admin-token", "tok"}, common...)...))
+		apiProcs = append(apiProcs, startProc(t, append([]string{"serve", "--no-worker", "--listen", addr, "--admin-token", testAdminToken}, common...)...))
 		apis = append(apis, "http://"+addr)
 	}
 	for _, a := range apis {
 		waitHTTP(t, a+"/healthz")
 	}
-	in := &instance{t: t, url: apis[0], token: "tok", client: &http.Client{Timeout: 10 * time.Second,
+	in := &instance{t: t, url: apis[0], token: testAdminToken, client: &http.Client{Timeout: 10 * time.Second,
 		Transport: &http.Transport{MaxIdleConnsPerHost: 128}}}
 	id := in.createActivity(stockN, 0)
 

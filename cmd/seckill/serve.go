@@ -60,7 +60,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var c serveConfig
 	fs := newFlagSet("serve", stderr)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address the HTTP API listens on")
-	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of the admin API (default: a random token, printed once)")
+	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of the admin API, at least 16 bytes, better 32 (default: a random token, printed once)")
 	fs.BoolVar(&c.noWorker, "no-worker", false, "run the API alone, without the order worker")
 	fs.StringVar(&c.debug, "debug-listen", "", "address to serve Go's pprof profiles on (default: none)")
 	fs.StringVar(&c.metrics, "metrics-listen", "", "address to serve /metrics on without a token (default: none; the API's /metrics takes the admin token)")
@@ -113,6 +113,9 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) (err
 	if err != nil {
 		return err
 	}
+	if err := checkAdminToken(c.adminToken, log); err != nil {
+		return err
+	}
 	wcfg, err := c.worker.config()
 	if err != nil {
 		return err
@@ -130,7 +133,7 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) (err
 	wcfg.DrainTimeout = c.drainTimeout
 	generated := c.adminToken == ""
 	if generated {
-		b := make([]byte, 16)
+		b := make([]byte, goodAdminToken/2)
 		_, _ = rand.Read(b)
 		c.adminToken = hex.EncodeToString(b)
 	}

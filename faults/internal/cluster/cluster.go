@@ -29,7 +29,7 @@ type Config struct {
 	WorkerRedisURL string
 	// Prefix is the --redis-prefix. Required.
 	Prefix string
-	// AdminToken is the --admin-token of the APIs. Default "faults".
+	// AdminToken is the --admin-token of the APIs. Default "faults-admin-token-0123456789abcdef".
 	AdminToken string
 	// ClaimIdle is the workers' --claim-idle. Default 1s.
 	ClaimIdle time.Duration
@@ -103,7 +103,7 @@ func New(cfg Config) (*Cluster, error) {
 		return nil, errors.New("cluster: Binary, RedisURL, DBURL and Prefix are required")
 	}
 	if cfg.AdminToken == "" {
-		cfg.AdminToken = "faults"
+		cfg.AdminToken = "faults-admin-token-0123456789abcdef"
 	}
 	if cfg.ClaimIdle == 0 {
 		cfg.ClaimIdle = time.Second
