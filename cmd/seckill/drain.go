@@ -24,34 +24,75 @@ import (
 // server never acted on it, but the client cannot know that). So a drain
 // first goes lame duck: the listener closes (new connections are refused),
 // and every response carries Connection: close, which tells each client to
-// leave after its answer. Shutdown comes once only quiet connections are
-// left, those idle for a while (--drain-idle): their clients are not
-// sending, and the chance that one sends just as Shutdown closes it is
-// small.
+// leave after its answer. A connection left silent for a while
+// (--drain-idle), idle since before the drain or new and never used, is
+// closed then, each on its own: its client is not sending, and one that
+// sends just as it is closed is not served (see claim). Shutdown comes
+// once only such quiet connections are left. It cannot come sooner: it
+// cancels the context of every request still to be handled (fasthttp's
+// RequestCtx is the handlers' context), and a slow client's request, whose
+// body is still coming, would then be answered with a cancelled context.
+// Nor may the idle connections wait for Shutdown: a slow client, up to
+// --read-timeout, would keep them all open as long.
 type drainer struct {
 	lameDuck atomic.Bool
 	conns    sync.Map // net.Conn -> *connInfo, every connection not yet closed
 }
 
 type connInfo struct {
-	state atomic.Int32 // fasthttp.ConnState
+	state atomic.Int32 // fasthttp.ConnState, or stateClaimed
 	since atomic.Int64 // when it entered state, in Unix nanoseconds
+	// dropped: a request arrived on the connection after the drain had
+	// claimed it; it is not handled.
+	dropped atomic.Bool
 }
 
+// stateClaimed is the state of a quiet connection the drain closes.
+const stateClaimed = -1
+
 func (ci *connInfo) set(s fasthttp.ConnState) {
-	ci.state.Store(int32(s))
+	if s == fasthttp.StateActive {
+		// Swapped, so that the drain's claim and a request's arrival are
+		// ordered: whichever comes second knows.
+		if ci.state.Swap(int32(s)) == stateClaimed {
+			ci.dropped.Store(true)
+		}
+	} else {
+		ci.state.Store(int32(s))
+	}
 	ci.since.Store(time.Now().UnixNano())
 }
 
+// claim reports whether the drain may close c: it was new or idle and
+// silent since before settled (Unix nanoseconds), and no request has
+// arrived since. A request that arrives after the claim is not handled.
+func (ci *connInfo) claim(settled int64) bool {
+	s := ci.state.Load()
+	if (s != int32(fasthttp.StateNew) && s != int32(fasthttp.StateIdle)) || ci.since.Load() > settled {
+		return false
+	}
+	return ci.state.CompareAndSwap(s, stateClaimed)
+}
+
 // handler wraps h: in the lame duck, every response carries Connection:
-// close.
+// close, and a request on a connection the drain closed is not handled
+// (the server may have read it whole before it saw the connection close).
 func (d *drainer) handler(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
+		if d.lameDuck.Load() && d.dropped(ctx.Conn()) {
+			ctx.SetConnectionClose()
+			return
+		}
 		h(ctx)
 		if d.lameDuck.Load() {
 			ctx.SetConnectionClose()
 		}
 	}
+}
+
+func (d *drainer) dropped(c net.Conn) bool {
+	v, ok := d.conns.Load(c)
+	return ok && v.(*connInfo).dropped.Load()
 }
 
 // connState is the server's ConnState hook. A connection's own changes touch
@@ -71,6 +112,20 @@ func (d *drainer) connState(c net.Conn, s fasthttp.ConnState) {
 	}
 }
 
+// closeQuiet closes the connections new or idle for quiet or longer, and
+// returns how many.
+func (d *drainer) closeQuiet(quiet time.Duration) (closed int) {
+	settled := time.Now().Add(-quiet).UnixNano()
+	d.conns.Range(func(c, v any) bool {
+		if v.(*connInfo).claim(settled) {
+			_ = c.(net.Conn).Close()
+			closed++
+		}
+		return true
+	})
+	return closed
+}
+
 // busy counts the connections that may still carry a request: those
 // serving one, and those idle for less than quiet.
 func (d *drainer) busy(quiet time.Duration) (busy, open int) {
@@ -88,7 +143,8 @@ func (d *drainer) busy(quiet time.Duration) (busy, open int) {
 
 // drain stops srv, which serves ln until serveDone receives Serve's return:
 // it closes ln, waits in the lame duck until only connections idle for
-// idle are left, then shuts srv down. timeout bounds the whole drain;
+// idle are left, closing each one as soon as it has been idle that long,
+// then shuts srv down. timeout bounds the whole drain;
 // connections still busy then are cut, and drain says so in its error.
 func (d *drainer) drain(srv *fasthttp.Server, ln net.Listener, serveDone <-chan error, timeout, idle time.Duration, log *slog.Logger) error {
 	began := time.Now()
@@ -109,7 +165,9 @@ func (d *drainer) drain(srv *fasthttp.Server, ln net.Listener, serveDone <-chan 
 	quiet := min(idle, timeout)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
+	closed := 0
 	for time.Now().Before(deadline) {
+		closed += d.closeQuiet(quiet)
 		if n, _ := d.busy(quiet); n == 0 {
 			break
 		}
@@ -124,7 +182,7 @@ func (d *drainer) drain(srv *fasthttp.Server, ln net.Listener, serveDone <-chan 
 		d.cut()
 		return fmt.Errorf("drain: %d connections still busy after --drain-timeout %v; cut", open, timeout)
 	}
-	log.Info("drained: every accepted request answered", "took", time.Since(began).Round(time.Millisecond))
+	log.Info("drained: every accepted request answered", "took", time.Since(began).Round(time.Millisecond), "idle_closed", closed)
 	return nil
 }
 

@@ -425,3 +425,62 @@ func TestDescribeDB(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainClaim: the drain closes a quiet connection only if no request
+// arrived on it first, and a request that arrives once the drain claimed
+// the connection (just before the close) is not handled: its client gets
+// no answer, and the server did not act on it.
+func TestDrainClaim(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled atomic.Int64
+	var d drainer
+	srv := &fasthttp.Server{ConnState: d.connState, Handler: d.handler(func(ctx *fasthttp.RequestCtx) {
+		handled.Add(1)
+		ctx.WriteString("ok")
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Shutdown()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rd := bufio.NewReader(c)
+	get := func() *http.Response {
+		t.Helper()
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(rd, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	get()
+	var ci *connInfo
+	for ci == nil || fasthttp.ConnState(ci.state.Load()) != fasthttp.StateIdle {
+		d.conns.Range(func(_, v any) bool { ci = v.(*connInfo); return false })
+		time.Sleep(time.Millisecond)
+	}
+	d.lameDuck.Store(true)
+	if ci.claim(ci.since.Load() - 1) {
+		t.Fatal("claimed a connection idle for less than asked")
+	}
+	// A request arrives just as the drain claims the connection, and
+	// before it closes it.
+	if !ci.claim(time.Now().UnixNano()) {
+		t.Fatal("an idle connection could not be claimed")
+	}
+	if resp := get(); handled.Load() != 1 || !resp.Close {
+		t.Errorf("a request on a claimed connection: handled %d times, close %v; want it not handled, and the connection closed", handled.Load()-1, resp.Close)
+	}
+	if ci.claim(time.Now().UnixNano()) {
+		t.Error("a connection whose request arrived was claimed again")
+	}
+}

@@ -5,9 +5,14 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +23,171 @@ import (
 )
 
 // The hostile-client suite, continued: the Low findings of issue 28.
+
+// TestHostileDrainIdle: SIGTERM while 20 clients trickle the bodies of
+// their requests, 50 pages watch the dashboard and 50 keep-alive
+// connections sit idle. The idle connections, and the viewers' once their
+// streams end, are closed within --drain-idle of the drain's start (here
+// within 10 s for a --drain-idle of 1 s, on a loaded machine), while the
+// slow clients are still sending: they no longer wait for the slow
+// clients, whose requests may run to --read-timeout and --drain-timeout
+// (60 s each here). The slow requests are still answered once their
+// bodies are in, and the process then exits 0.
+func TestHostileDrainIdle(t *testing.T) {
+	const (
+		slow, viewers, idle = 20, 50, 50
+		bound               = 10 * time.Second
+	)
+	h := serveProcess(t, testenv.RedisAddr(t), testenv.PostgresURL(t), testenv.Prefix(t),
+		"--no-worker", "--drain-idle", "1s", "--drain-timeout", "60s", "--read-timeout", "60s")
+	http.DefaultClient.CloseIdleConnections() // waitHTTP's
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", h.addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
+		return c
+	}
+	// closedAt reads c until the server closes it and sends the time.
+	closedAt := func(c net.Conn, r io.Reader, out chan<- time.Time) {
+		_, _ = io.Copy(io.Discard, r)
+		out <- time.Now()
+	}
+
+	// The slow clients create a sale each: a JSON body led by 4,000
+	// spaces, sent one every 100 ms until finish closes, then the rest.
+	now := time.Now()
+	sale := fmt.Sprintf(`{"name":"slow","stock":1,"starts_at":%q,"ends_at":%q}`,
+		now.Add(time.Hour).Format(time.RFC3339), now.Add(2*time.Hour).Format(time.RFC3339))
+	body := strings.Repeat(" ", 4000) + sale
+	head := fmt.Sprintf("POST /api/v1/activities HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n", h.token, len(body))
+	finish := make(chan struct{})
+	type answer struct {
+		status int
+		close  bool
+		err    error
+	}
+	answers := make(chan answer, slow)
+	var started sync.WaitGroup
+	for range slow {
+		c := dial()
+		started.Add(1)
+		go func() {
+			sent := 0
+			_, err := io.WriteString(c, head+body[:1])
+			sent++
+			started.Done()
+			for err == nil {
+				select {
+				case <-finish:
+					_, err = io.WriteString(c, body[sent:])
+					if err == nil {
+						var resp *http.Response
+						if resp, err = http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+							resp.Body.Close()
+							answers <- answer{status: resp.StatusCode, close: resp.Close}
+							return
+						}
+					}
+				case <-time.After(100 * time.Millisecond):
+					if sent < 4000 {
+						_, err = io.WriteString(c, body[sent:sent+1])
+						sent++
+					}
+				}
+			}
+			answers <- answer{err: err}
+		}()
+	}
+	started.Wait()
+
+	viewerClosed := make(chan time.Time, viewers)
+	for range viewers {
+		c := dial()
+		if _, err := io.WriteString(c, "GET /dashboard/events HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		r := bufio.NewReader(c)
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("dashboard events: %v %v", resp, err)
+		}
+		if _, err := r.ReadString('\n'); err != nil { // the stream began
+			t.Fatal(err)
+		}
+		go closedAt(c, r, viewerClosed)
+	}
+
+	idleClosed := make(chan time.Time, idle)
+	for range idle {
+		c := dial()
+		r := bufio.NewReader(c)
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.Close {
+			t.Fatal("an answer before the drain says Connection: close")
+		}
+		go closedAt(c, r, idleClosed)
+	}
+
+	term := time.Now()
+	h.proc.signal(syscall.SIGTERM)
+	wait := func(what string, n int, ch <-chan time.Time) time.Duration {
+		t.Helper()
+		var last time.Duration
+		timeout := time.After(3 * bound)
+		for i := range n {
+			select {
+			case at := <-ch:
+				last = max(last, at.Sub(term))
+			case <-timeout:
+				t.Fatalf("%d of %d %s connections still open %v after SIGTERM, with the slow clients sending", n-i, n, what, 3*bound)
+			}
+		}
+		if last > bound {
+			t.Errorf("the last %s connection closed %v after SIGTERM, want within %v (--drain-idle 1s)", what, last.Round(time.Millisecond), bound)
+		}
+		return last
+	}
+	lastIdle := wait("idle", idle, idleClosed)
+	lastViewer := wait("viewer", viewers, viewerClosed)
+	select {
+	case a := <-answers:
+		t.Fatalf("a slow client ended before it finished its body: %+v", a)
+	case <-h.proc.done:
+		t.Fatal("serve exited with slow requests unanswered")
+	default:
+	}
+	t.Logf("closed after SIGTERM: the idle connections within %v, the viewers within %v, the slow clients still sending",
+		lastIdle.Round(time.Millisecond), lastViewer.Round(time.Millisecond))
+
+	close(finish)
+	for range slow {
+		if a := <-answers; a.err != nil || a.status != http.StatusCreated || !a.close {
+			t.Errorf("slow client: %+v; want 201 with Connection: close", a)
+		}
+	}
+	select {
+	case <-h.proc.done:
+		if h.proc.err != nil {
+			t.Errorf("serve: %v, want exit 0", h.proc.err)
+		}
+	case <-time.After(3 * bound):
+		t.Fatalf("serve still running %v after the slow requests were answered", 3*bound)
+	}
+	t.Logf("exited %v after SIGTERM", time.Since(term).Round(time.Millisecond))
+}
 
 // TestHostileWeakAdminToken: an admin token below 16 bytes is refused at
 // start (exit 2, naming the flag and its environment twin), one below 32

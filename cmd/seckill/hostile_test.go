@@ -38,6 +38,7 @@ import (
 // hostile is a serve process and a client of it.
 type hostile struct {
 	*instance
+	proc  *proc
 	addr  string // host:port of the API
 	debug string // host:port of pprof, if asked for
 }
@@ -57,7 +58,7 @@ func serveProcess(t *testing.T, redisAddr, dbURL, prefix string, extra ...string
 		extra = slices.DeleteFunc(slices.Clone(extra), func(s string) bool { return s == "--debug-listen" })
 		args = append(args, "--debug-listen", h.debug)
 	}
-	startProc(t, append(args, extra...)...)
+	h.proc = startProc(t, append(args, extra...)...)
 	h.instance = &instance{t: t, url: "http://" + h.addr, token: testAdminToken,
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
