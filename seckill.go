@@ -91,14 +91,18 @@ func (a *Activity) Validate() error {
 		return Errorf(EINVALID, "name must not be empty")
 	case len(a.Name) > 200:
 		return Errorf(EINVALID, "name must be at most 200 bytes")
-	case !utf8.ValidString(a.Name) || strings.ContainsFunc(a.Name, unicode.IsControl):
-		return Errorf(EINVALID, "name must be UTF-8 text without control characters")
+	case !utf8.ValidString(a.Name) || strings.ContainsFunc(a.Name, unprintable):
+		return Errorf(EINVALID, "name must be UTF-8 text without control or format characters (such as a bidi override) or line separators")
+	case strings.TrimFunc(a.Name, unicode.IsSpace) == "":
+		return Errorf(EINVALID, "name must not be blank")
 	case a.Stock < 1:
 		return Errorf(EINVALID, "stock must be at least 1")
 	case a.Stock > MaxStock:
 		return Errorf(EINVALID, "stock must be at most %d", MaxStock)
-	case a.StartsAt.IsZero() || a.EndsAt.IsZero():
-		return Errorf(EINVALID, "starts_at and ends_at are required")
+	case !inYears(a.StartsAt):
+		return Errorf(EINVALID, "starts_at %s is out of range: times must lie between the years 2000 and 9999", a.StartsAt.UTC().Format(time.RFC3339))
+	case !inYears(a.EndsAt):
+		return Errorf(EINVALID, "ends_at %s is out of range: times must lie between the years 2000 and 9999", a.EndsAt.UTC().Format(time.RFC3339))
 	case !a.EndsAt.After(a.StartsAt):
 		return Errorf(EINVALID, "ends_at must be after starts_at")
 	case a.EndsAt.Sub(a.StartsAt) > MaxSaleWindow:
@@ -107,10 +111,28 @@ func (a *Activity) Validate() error {
 		return Errorf(EINVALID, "the payment window must lie between 0 and 7 days")
 	case a.PayWithin%time.Second != 0:
 		return Errorf(EINVALID, "the payment window must be whole seconds")
-	case a.StartsAt.Year() < 2000 || a.EndsAt.Year() > 9999:
-		return Errorf(EINVALID, "starts_at and ends_at must lie between the years 2000 and 9999")
 	}
 	return nil
+}
+
+// inYears reports whether t lies in the years an activity may use (the
+// zero time, year 1, does not).
+func inYears(t time.Time) bool { return t.Year() >= 2000 && t.Year() <= 9999 }
+
+// unprintable reports the runes a name may not hold: control characters,
+// line and paragraph separators, and format characters, which change how
+// the text around them is shown (U+202E turns it right to left) or hide in
+// it (U+200B, U+2060). The zero-width joiner and non-joiner are format
+// characters that ordinary text needs (Persian and Indic words, emoji
+// sequences), and are allowed.
+func unprintable(r rune) bool {
+	switch {
+	case r == '\u200c' || r == '\u200d':
+		return false
+	case unicode.IsControl(r), unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp):
+		return true
+	}
+	return false
 }
 
 // MaxPayWithin bounds an activity's payment window.

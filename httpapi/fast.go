@@ -24,15 +24,22 @@ import (
 
 // ServeFast serves a request of a fasthttp server if it is a grab (POST
 // /api/v1/activities/{id}/grab, the path in its clean form, the id in its
-// canonical one) and reports whether it did; any other request is the
-// caller's to pass to ServeHTTP, which answers it as it always does
-// (malformed grab paths and wrong methods included).
+// canonical one, no query) and reports whether it did; any other request
+// is the caller's to pass to ServeHTTP, which answers it as it always does
+// (malformed grab paths and wrong methods included). A request whose body
+// comes with two Content-Types is refused here, whatever its route: the
+// request ServeHTTP gets has only the last.
 func (s *Server) ServeFast(ctx *fasthttp.RequestCtx) bool {
+	if len(ctx.Request.Body()) > 0 && repeatedContentType(ctx.Request.Header.RawHeaders()) {
+		// fasthttp keeps the last of two: ServeHTTP could not tell.
+		FastError(ctx, errContentTypeTwice)
+		return true
+	}
 	if !ctx.IsPost() {
 		return false
 	}
 	id, ok := grabPath(ctx.Request.URI().PathOriginal())
-	if !ok {
+	if !ok || len(ctx.Request.URI().QueryString()) > 0 { // a query: checkQuery's
 		return false
 	}
 	began := time.Now()
@@ -71,9 +78,13 @@ func (s *Server) fastGrab(ctx *fasthttp.RequestCtx, id int64) int {
 	if err := s.limitAddr(ctx, h, func() netip.Addr { return s.addrOf(peerAddr(ctx.RemoteAddr()), h) }); err != nil {
 		return FastError(ctx, err)
 	}
-	// fasthttp has read the body already, within the server's bound;
-	// the API's may be lower.
-	if err := s.bound(int64(len(ctx.Request.Body()))); err != nil {
+	// fasthttp has read the body already, within the server's bound (the
+	// API's may be lower): a grab takes none.
+	if n := len(ctx.Request.Body()); n > 0 {
+		err := s.bound(int64(n))
+		if err == nil {
+			err = errNoBody
+		}
 		return FastError(ctx, err)
 	}
 	var buf [64]byte

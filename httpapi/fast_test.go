@@ -23,7 +23,7 @@ import (
 // (ServeFast on fasthttp, as serve runs it) gets the answer net/http's
 // ServeHTTP gives: status, error code, the headers that go with them
 // (Content-Type, WWW-Authenticate, Retry-After). Requests that are not
-// well-formed grabs are left to ServeHTTP.
+// well-formed grabs, or carry a query, are left to ServeHTTP.
 func TestServeFastAnswersAsServeHTTP(t *testing.T) {
 	a := newFuzzAPI(t, sqliteURL(t), httpapi.WithLimits(httpapi.Limits{MaxBody: 1024}),
 		httpapi.WithUserLimit(limit.NewLocal[int64](limit.Rate{PerSecond: 0.001, Burst: 3}, 0)))
@@ -69,7 +69,8 @@ func TestServeFastAnswersAsServeHTTP(t *testing.T) {
 		{"a new buyer", "POST", grab(a.open), http.Header{"X-User-Id": {"100"}}, "", true, 202, "", false},
 		{"the same buyer again", "POST", grab(a.open), http.Header{"X-User-Id": {"100"}}, "", true, 200, "", false},
 		{"the same buyer a third time", "POST", grab(a.open), http.Header{"X-User-Id": {"100"}}, "", true, 200, "", false},
-		{"a query string", "POST", grab(a.open) + "?x=1", http.Header{"X-User-Id": {"101"}}, "", true, 202, "", false},
+		{"a query string", "POST", grab(a.open) + "?x=1", http.Header{"X-User-Id": {"101"}}, "", false, 202, "", false},
+		{"a query parameter twice", "POST", grab(a.open) + "?x=1&x=2", http.Header{"X-User-Id": {"113"}}, "", false, 400, "invalid_argument", false},
 		{"no X-User-ID", "POST", grab(a.open), http.Header{}, "", true, 400, "invalid_argument", true},
 		{"two X-User-ID", "POST", grab(a.open), http.Header{"X-User-Id": {"102", "103"}}, "", true, 400, "invalid_argument", true},
 		{"a non-canonical user id", "POST", grab(a.open), http.Header{"X-User-Id": {"0102"}}, "", true, 400, "invalid_argument", true},
@@ -80,10 +81,13 @@ func TestServeFastAnswersAsServeHTTP(t *testing.T) {
 		{"no such activity", "POST", grab(987654321), http.Header{"X-User-Id": {"107"}}, "", true, 404, "not_found", false},
 		{"a blocked user", "POST", grab(a.open), http.Header{"X-User-Id": {"666"}}, "", true, 403, "blocked", true},
 		{"a body beyond the API's bound", "POST", grab(a.open), http.Header{"X-User-Id": {"108"}}, strings.Repeat("x", 2000), true, 413, "too_large", false},
+		{"a body", "POST", grab(a.open), http.Header{"X-User-Id": {"114"}, "Content-Type": {"application/xml"}}, "<a/>", true, 415, "unsupported_media_type", false},
+		{"a JSON body", "POST", grab(a.open), http.Header{"X-User-Id": {"115"}, "Content-Type": {"application/json"}}, "{}", true, 415, "unsupported_media_type", false},
+		{"a body with two Content-Types", "POST", grab(a.open), http.Header{"X-User-Id": {"116"}, "Content-Type": {"text/plain", "application/json"}}, "{}", true, 400, "invalid_argument", false},
 		{"over the user's rate (4th request)", "POST", grab(a.open), http.Header{"X-User-Id": {"100"}}, "", true, 429, "rate_limited", false},
 		{"GET", "GET", grab(a.open), http.Header{"X-User-Id": {"109"}}, "", false, 405, "method_not_allowed", false},
 		{"a non-canonical activity id", "POST", "/api/v1/activities/01/grab", http.Header{"X-User-Id": {"110"}}, "", false, 400, "invalid_argument", false},
-		{"an encoded path", "POST", encoded, http.Header{"X-User-Id": {"111"}}, "", false, 202, "", false},
+		{"an encoded path", "POST", encoded, http.Header{"X-User-Id": {"111"}}, "", false, 404, "not_found", false},
 		{"an unclean path", "POST", "/api/v1//activities/1/grab", http.Header{"X-User-Id": {"112"}}, "", false, 404, "not_found", false},
 	}
 	orderID := regexp.MustCompile(`"order_id":"\d+"`)

@@ -316,6 +316,11 @@ func FuzzCreateActivity(f *testing.F) {
 		{bearer, `{"name":"` + strings.Repeat("x", 201) + `","stock":5,"starts_at":"` + ts(0) + `","ends_at":"` + ts(time.Hour) + `"}`},
 		{bearer, `{"NAME":"x","Stock":5,"STARTS_AT":"` + ts(0) + `","ends_at":"` + ts(time.Hour) + `"}`},
 		{bearer, `{"name":"x","stock":5,"starts_at":"` + ts(0) + `","ends_at":"` + ts(time.Hour) + `","id":7}`},
+		{bearer, `{"name":"x","name":"y","stock":5,"starts_at":"` + ts(0) + `","ends_at":"` + ts(time.Hour) + `"}`},
+		{bearer, `{"name":"x","stoc\u212a":5,"starts_at":"` + ts(0) + `","ends_at":"` + ts(time.Hour) + `"}`},
+		{bearer, `{"name":"  ","stock":5,"starts_at":"` + ts(0) + `","ends_at":"` + ts(time.Hour) + `"}`},
+		{bearer, `{"name":"a\u202eb","stock":5,"starts_at":"` + ts(0) + `","ends_at":"` + ts(time.Hour) + `"}`},
+		{bearer, `{"name":"x","stock":5,"starts_at":"` + ts(-2*time.Hour) + `","ends_at":"` + ts(-time.Hour) + `"}`},
 	} {
 		f.Add(s.auth, "application/json", []byte(s.body))
 	}

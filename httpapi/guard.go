@@ -110,6 +110,7 @@ const (
 	codeTokenInvalid = "token_invalid"          // 401
 	codeTimeout      = "request_timeout"        // 408, from the server before any handler
 	codeHeadersLarge = "headers_too_large"      // 431, from the server before any handler
+	codeVersion      = "version_not_supported"  // 505, from the server before any handler
 )
 
 // refusal is an error answered with a Retry-After header.
@@ -233,12 +234,16 @@ func (s *Server) serve(w *statusWriter, r *http.Request, methods map[string]http
 		writeError(w, err)
 		return
 	}
+	if err := checkRequest(r); err != nil {
+		writeError(w, err)
+		return
+	}
 	h(w, r)
 }
 
 // The checks of every API request, in this order, on both server fronts
 // (see fast.go): enter (requests in flight; leave when done), limitAddr,
-// bound.
+// bound, then the strict edges (strict.go).
 
 func (s *Server) enter() error {
 	if s.inFlight.Add(1) > s.maxInFlight {
@@ -295,6 +300,18 @@ func HeadersTooLarge(limit int) error {
 // Malformed: a request that is not HTTP/1.1 (400 invalid_argument).
 func Malformed() error {
 	return seckill.Errorf(seckill.EINVALID, "the request is not well-formed HTTP/1.1")
+}
+
+// BareLF: a request line or header ended by a bare LF, not CRLF (400
+// invalid_argument): parsers differ on where such a line ends.
+func BareLF() error {
+	return seckill.Errorf(seckill.EINVALID, "the request line and headers must end each line with CRLF, not a bare LF")
+}
+
+// VersionNotSupported: a request of an HTTP version other than 1.0 and
+// 1.1 (505 version_not_supported).
+func VersionNotSupported() error {
+	return seckill.Errorf(codeVersion, "only HTTP/1.1 and HTTP/1.0 are served")
 }
 
 // body is a request body bounded in size that remembers whether it was

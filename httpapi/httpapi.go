@@ -62,6 +62,7 @@ var codes = map[string]int{
 	codeTokenInvalid:     http.StatusUnauthorized,
 	codeTimeout:          http.StatusRequestTimeout,
 	codeHeadersLarge:     http.StatusRequestHeaderFieldsTooLarge,
+	codeVersion:          http.StatusHTTPVersionNotSupported,
 }
 
 // Server serves the API.
@@ -176,9 +177,11 @@ func notFound(w http.ResponseWriter, r *http.Request) {
 var errNoEndpoint = seckill.Errorf(seckill.ENOTFOUND, "no such endpoint")
 
 // ServeHTTP serves the API. A path that is not clean (//, /./, /../) is
-// not found, rather than redirected as ServeMux would, with an HTML body.
+// not found, rather than redirected as ServeMux would, with an HTML body;
+// so is a path with a % escape, which ServeMux would decode (paths match
+// as sent: see strict.go).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !cleanPath(r.URL.Path) {
+	if !cleanPath(r.URL.Path) || encodedPath(r.URL) {
 		notFound(w, r)
 		return
 	}
@@ -191,10 +194,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) Latency() *prometheus.HistogramVec { return s.latency }
 
 type activityRequest struct {
-	Name     string    `json:"name"`
-	Stock    int64     `json:"stock"`
-	StartsAt time.Time `json:"starts_at"`
-	EndsAt   time.Time `json:"ends_at"`
+	Name  string `json:"name"`
+	Stock int64  `json:"stock"`
+	// The times are pointers to tell one left out from one sent as the
+	// zero time (0001-01-01T00:00:00Z, out of range).
+	StartsAt *time.Time `json:"starts_at"`
+	EndsAt   *time.Time `json:"ends_at"`
 	// PayWithinSeconds is the payment window (default 900: 15 minutes;
 	// 0: no payment step). Rebuy lets a buyer whose order was cancelled
 	// or expired buy again (default true).
@@ -226,7 +231,11 @@ func (s *Server) createActivity(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	a := seckill.Activity{Name: req.Name, Stock: req.Stock, StartsAt: req.StartsAt, EndsAt: req.EndsAt,
+	if req.StartsAt == nil || req.EndsAt == nil {
+		writeError(w, seckill.Errorf(seckill.EINVALID, "starts_at and ends_at are required"))
+		return
+	}
+	a := seckill.Activity{Name: req.Name, Stock: req.Stock, StartsAt: req.StartsAt.UTC(), EndsAt: req.EndsAt.UTC(),
 		PayWithin: defaultPayWithin, Rebuy: true}
 	if req.PayWithinSeconds != nil {
 		if *req.PayWithinSeconds < 0 || *req.PayWithinSeconds > int64(seckill.MaxPayWithin/time.Second) {
@@ -237,6 +246,16 @@ func (s *Server) createActivity(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Rebuy != nil {
 		a.Rebuy = *req.Rebuy
+	}
+	if err := a.Validate(); err != nil {
+		writeError(w, err)
+		return
+	}
+	if !a.EndsAt.After(time.Now()) {
+		// A sale over before it exists is a mistake, and would still
+		// be loaded into Redis (where its keys were seen to stay).
+		writeError(w, seckill.Errorf(seckill.EINVALID, "ends_at is in the past: the sale would be over before it is created"))
+		return
 	}
 	if err := s.sale.CreateActivity(r.Context(), &a); err != nil {
 		s.fail(w, r, err)
@@ -331,7 +350,8 @@ func (s *Server) logInternal(method, path string, err error) {
 // decode reads a JSON body into v, strictly: Content-Type application/json
 // (415 otherwise), within the body limit route sets (413 beyond it), valid
 // UTF-8 (400 otherwise: encoding/json would store U+FFFD instead), one
-// value, no unknown field.
+// value, no unknown field, no key twice and every name as declared (see
+// checkKeys).
 func decode(r *http.Request, v any) error {
 	if err := jsonContent(r.Header); err != nil {
 		return err
@@ -348,6 +368,9 @@ func decode(r *http.Request, v any) error {
 	}
 	if loneSurrogate(body) {
 		return seckill.Errorf(seckill.EINVALID, "the request body escapes a lone UTF-16 surrogate (\\ud800 to \\udfff, unpaired)")
+	}
+	if err := checkKeys(body, v); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

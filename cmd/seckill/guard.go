@@ -295,13 +295,18 @@ func (g *guardFlags) server(front func(*fasthttp.RequestCtx) bool, h http.Handle
 	slow := fasthttpadaptor.NewFastHTTPHandler(h)
 	return &fasthttp.Server{
 		Handler: d.handler(func(ctx *fasthttp.RequestCtx) {
-			if !front(ctx) {
+			switch {
+			case !knownVersion(&ctx.Request.Header):
+				ctx.SetConnectionClose()
+				httpapi.FastError(ctx, httpapi.VersionNotSupported())
+			case !front(ctx):
 				slow(ctx)
 			}
 		}),
 		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 			return fasthttp.RequestConfig{ReadTimeout: g.readTimeout}
 		},
+		ExpectHandler:         expectBody(g.maxBody),
 		ErrorHandler:          frontError(g.maxBody, g.maxHeaderBytes),
 		ConnState:             d.connState,
 		ReadTimeout:           g.readHeaderTimeout,
@@ -336,6 +341,29 @@ func frontError(maxBody int64, maxHeader int) func(ctx *fasthttp.RequestCtx, err
 		default:
 			httpapi.FastError(ctx, httpapi.Malformed())
 		}
+	}
+}
+
+// knownVersion reports whether a request is HTTP/1.1 or HTTP/1.0: fasthttp
+// parses any HTTP/x.y and answers it as 1.1.
+func knownVersion(h *fasthttp.RequestHeader) bool {
+	return h.IsHTTP11() || string(h.Protocol()) == "HTTP/1.0"
+}
+
+// expectBody answers a request sent with Expect: 100-continue before its
+// body: 413 at once, as the API answers it, when its Content-Length is
+// beyond --max-body (fasthttp would send 100 Continue, read the start of
+// the body, then answer 413); else 100 Continue. A refused connection
+// lingers, since a client may send its body without waiting.
+func expectBody(maxBody int64) func(ctx *fasthttp.RequestCtx) int {
+	return func(ctx *fasthttp.RequestCtx) int {
+		if int64(ctx.Request.Header.ContentLength()) <= maxBody {
+			return fasthttp.StatusContinue
+		}
+		lingerOnClose(ctx.Conn())
+		// The answer's body and headers are written as set here:
+		// TestHostileExpect holds fasthttp to it.
+		return httpapi.FastError(ctx, httpapi.TooLarge(maxBody))
 	}
 }
 

@@ -151,7 +151,8 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) (err
 	// The server's timeouts, applied lazily: see package lazyconn.
 	lazy := lazyconn.Listen(tcp, 0)
 	defer lazy.Close()
-	ln := &lingerListener{Listener: lazy, max: int64(c.guard.maxConns), refusal: httpapi.RawError(httpapi.TooManyConns())}
+	ln := &lingerListener{Listener: lazy, max: int64(c.guard.maxConns), refusal: httpapi.RawError(httpapi.TooManyConns()),
+		bareLF: httpapi.RawError(httpapi.BareLF())}
 	if c.debug != "" {
 		stopDebug, err := serveDebug(c.debug)
 		if err != nil {
