@@ -81,7 +81,10 @@ func newFuzzAPI(tb testing.TB, dbURL string, opts ...httpapi.Option) *fuzzAPI {
 		"database": st.Ping,
 	}
 	a.blocklist = limit.NewBlocklist(rdb, a.prefix, log)
-	a.h = httpapi.New(svc, fuzzToken, health, log, nil, nil, append([]httpapi.Option{httpapi.WithBlocklist(a.blocklist)}, opts...)...)
+	// The order routes' 404s are answered at once, as fuzzing asks ids
+	// fast (TestMissDelay checks the wait).
+	a.h = httpapi.New(svc, fuzzToken, health, log, nil, nil,
+		append([]httpapi.Option{httpapi.WithBlocklist(a.blocklist), httpapi.WithMissDelay(0)}, opts...)...)
 	if a.db, err = check.Open(ctx, dbURL); err != nil {
 		tb.Fatal(err)
 	}

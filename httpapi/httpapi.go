@@ -87,6 +87,7 @@ type Server struct {
 	maxBody     int64
 	maxInFlight int64
 	inFlight    atomic.Int64
+	missDelay   time.Duration // see DefaultMissDelay
 
 	routes []Route // as registered, for Routes
 }
@@ -99,7 +100,7 @@ func New(s *sale.Service, adminToken string, health map[string]Health, log *slog
 	registerer prometheus.Registerer, gatherer prometheus.Gatherer, opts ...Option) *Server {
 	srv := &Server{sale: s, adminToken: adminToken, adminHash: sha256.Sum256([]byte(adminToken)),
 		health: newHealthChecks(health), log: log, mux: http.NewServeMux(), refused: newRefusals(registerer),
-		maxBody: DefaultMaxBody, maxInFlight: DefaultMaxInFlight,
+		maxBody: DefaultMaxBody, maxInFlight: DefaultMaxInFlight, missDelay: DefaultMissDelay,
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "seckill_http_request_seconds",
 			Help:    "HTTP request latency by route and status class.",

@@ -65,10 +65,41 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	o, err := s.sale.Order(r.Context(), oid, uid)
 	if err != nil {
-		s.fail(w, r, err)
+		s.failOrder(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, newOrderBody(o))
+}
+
+// DefaultMissDelay is how long the order routes wait, by default, before
+// they answer 404. An id that is no order of the caller costs the server
+// no database work, but a client that asks again as soon as it is answered
+// would still take the CPU: on a 2-core machine a flood of made-up ids
+// from 64 connections, answered at once, ran at 11,000 lookups a second
+// and made the buyers' orders 4 times slower to be confirmed. Answered
+// after 100 ms, a connection can ask at most 10 ids a second. A buyer
+// asking for their own order, pending or not, is answered at once; one
+// who mistyped an id waits 100 ms.
+const DefaultMissDelay = 100 * time.Millisecond
+
+// WithMissDelay sets how long the order routes wait before they answer
+// 404 (d <= 0: they answer at once). Without it, DefaultMissDelay.
+func WithMissDelay(d time.Duration) Option {
+	return func(s *Server) { s.missDelay = max(d, 0) }
+}
+
+// failOrder is fail for the order routes: a not found waits missDelay
+// first (or until the client goes).
+func (s *Server) failOrder(w http.ResponseWriter, r *http.Request, err error) {
+	if seckill.ErrorCode(err) == seckill.ENOTFOUND && s.missDelay > 0 {
+		t := time.NewTimer(s.missDelay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+		}
+	}
+	s.fail(w, r, err)
 }
 
 type payRequest struct {
@@ -96,7 +127,7 @@ func (s *Server) payOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	o, err := s.sale.Pay(r.Context(), oid, uid, req.PaymentRef, key)
 	if err != nil {
-		s.fail(w, r, err)
+		s.failOrder(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, newOrderBody(o))
@@ -116,7 +147,7 @@ func (s *Server) cancelOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	o, err := s.sale.Cancel(r.Context(), oid, uid)
 	if err != nil {
-		s.fail(w, r, err)
+		s.failOrder(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, newOrderBody(o))

@@ -31,6 +31,7 @@ func (s *Service) Pay(ctx context.Context, oid, uid int64, ref, key string) (sec
 		return seckill.Order{}, err
 	}
 	o, err := s.store.Pay(ctx, seckill.Payment{OrderID: oid, UserID: uid, Ref: ref, Key: key, Now: time.Now()})
+	s.changed(oid, uid, o, err)
 	if seckill.ErrorCode(err) == seckill.ENOTFOUND {
 		return seckill.Order{}, s.notInDB(ctx, oid, uid, seckill.ENOTPAYABLE, "pay")
 	}
@@ -44,6 +45,7 @@ func (s *Service) Pay(ctx context.Context, oid, uid int64, ref, key string) (sec
 // answers the cancelled order again and changes nothing.
 func (s *Service) Cancel(ctx context.Context, oid, uid int64) (seckill.Order, error) {
 	o, ret, err := s.store.Cancel(ctx, oid, uid, time.Now())
+	s.changed(oid, uid, o, err)
 	switch {
 	case seckill.ErrorCode(err) == seckill.ENOTFOUND:
 		return seckill.Order{}, s.notInDB(ctx, oid, uid, seckill.ENOTCANCELLABLE, "cancel")

@@ -37,9 +37,21 @@ type Config struct {
 	// same, the stock still 0?), in case a restock message was missed.
 	// Default 1s.
 	SoldOutRecheck time.Duration
-	// NegativeTTL is how long an unknown activity id is remembered as
-	// unknown. Default 1s.
+	// NegativeTTL is how long an unknown activity id, or an unknown order
+	// id that Redis does not hold, is remembered as unknown; and how old a
+	// listing of the activities may be to tell an order lookup that the
+	// order's activity does not exist (see orderEntry). Default 1s.
 	NegativeTTL time.Duration
+	// OrderTTL is how long a confirmed order read from the database is
+	// answered from memory: a payment or cancellation made through
+	// another instance, or an expiry, is seen within it (this instance's
+	// own payments and cancellations at once). Orders in a final state
+	// never change and are kept up to a minute; pending orders are never
+	// kept. Default 1s.
+	OrderTTL time.Duration
+	// OrderCache bounds the orders kept, and apart the order ids
+	// remembered as unknown. Default 10,000 of each.
+	OrderCache int
 	// MemoLimit bounds the buyers remembered per activity. Default 1,000,000.
 	MemoLimit int
 	// SnapshotLimit bounds the buyers of a sold-out activity held in
@@ -69,6 +81,11 @@ type Service struct {
 	lastSweep time.Time // of entries of ended activities
 	loads     singleflight.Group
 	fetches   singleflight.Group
+
+	// The order lookups' memory (lookup.go): orders read from the
+	// database, and ids found to be no order of the user who asked.
+	known   *cache[int64, seckill.Order]
+	unknown *cache[lookupKey, struct{}]
 }
 
 // entry is what this instance knows of one activity.
@@ -87,6 +104,11 @@ type entry struct {
 	checking atomic.Bool
 	snapping bool      // a snapshot is being read
 	snapNext time.Time // no snapshot is tried before then (after a failure, or too many buyers)
+	// last is the highest order id the database held when an order of
+	// this ended activity was last looked up while Redis did not hold it,
+	// trusted until lastTill (see lookup.go).
+	last     int64
+	lastTill time.Time
 	// resyncing: a resync waits for Redis to answer again, not before
 	// resyncAfter; failed counts the grabs Redis failed meanwhile (see
 	// resync.go).
@@ -115,11 +137,18 @@ func New(store seckill.Store, engine *stock.Engine, cfg Config, log *slog.Logger
 	if cfg.EndedTTL <= 0 {
 		cfg.EndedTTL = time.Minute
 	}
+	if cfg.OrderTTL <= 0 {
+		cfg.OrderTTL = time.Second
+	}
+	if cfg.OrderCache <= 0 {
+		cfg.OrderCache = 10_000
+	}
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
 	return &Service{store: store, engine: engine, log: log, cfg: cfg, stats: metrics,
-		entries: map[int64]*entry{}, negative: map[int64]time.Time{}, lastSweep: time.Now()}
+		entries: map[int64]*entry{}, negative: map[int64]time.Time{}, lastSweep: time.Now(),
+		known: newCache[int64, seckill.Order](cfg.OrderCache), unknown: newCache[lookupKey, struct{}](cfg.OrderCache)}
 }
 
 // CreateActivity validates and stores a new activity, then loads it into
@@ -502,69 +531,6 @@ func (s *Service) WarmUp(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// Order returns order oid as the user uid may see it (uid 0: the admin may
-// see any order). Orders of other users are not found. Whatever the number
-// of live sales it costs at most two reads of the database by primary key
-// and one Redis command: the id names its activity (seckill.OrderID).
-func (s *Service) Order(ctx context.Context, oid, uid int64) (seckill.Order, error) {
-	notFound := seckill.Errorf(seckill.ENOTFOUND, "order %d not found", oid)
-	if oid <= 0 {
-		return seckill.Order{}, notFound
-	}
-	o, err := s.storedOrder(ctx, oid, uid)
-	if seckill.ErrorCode(err) != seckill.ENOTFOUND {
-		return o, err
-	}
-	// Not in the database (yet): pending if Redis knows it.
-	if seckill.OrderLocal(oid) == 0 {
-		return seckill.Order{}, notFound
-	}
-	e, err := s.entry(ctx, seckill.OrderActivity(oid))
-	switch {
-	case seckill.ErrorCode(err) == seckill.ENOTFOUND:
-		return seckill.Order{}, notFound
-	case err != nil:
-		return seckill.Order{}, err
-	case !possible(e.a, oid):
-		return seckill.Order{}, notFound
-	}
-	owner, ok, err := s.engine.PendingOrder(ctx, e.a.ID, oid, uid, e.a.StartsAt)
-	if err != nil {
-		s.log.Warn("look up pending order", "order", oid, "err", err)
-		return seckill.Order{}, seckill.Errorf(seckill.EUNAVAILABLE, "redis cannot be reached right now")
-	}
-	if ok {
-		return seckill.Order{ID: oid, ActivityID: e.a.ID, UserID: owner, Status: seckill.OrderPending,
-			CreatedAt: seckill.OrderTime(e.a.StartsAt, oid)}, nil
-	}
-	// The worker may have written the order (and, had it failed, given its
-	// mark back) between the two reads.
-	return s.storedOrder(ctx, oid, uid)
-}
-
-// storedOrder reads an order from the database: ENOTFOUND if absent or of
-// another user than uid (0: any user).
-func (s *Service) storedOrder(ctx context.Context, oid, uid int64) (seckill.Order, error) {
-	o, err := s.store.Order(ctx, oid)
-	switch {
-	case err == nil && uid != 0 && o.UserID != uid:
-		return seckill.Order{}, seckill.Errorf(seckill.ENOTFOUND, "order %d not found", oid)
-	case err == nil, seckill.ErrorCode(err) == seckill.ENOTFOUND:
-		return o, err
-	}
-	s.log.Error("read order", "order", oid, "err", err)
-	return seckill.Order{}, seckill.Errorf(seckill.EUNAVAILABLE, "the database cannot be reached right now")
-}
-
-// possible reports whether grab.lua can have issued oid for a: its time
-// lies within the sale window, plus what borrowing can add (one
-// millisecond per 8 orders: a margin of Stock milliseconds covers 8 times
-// the stock in orders, failed ones given back included).
-func possible(a seckill.Activity, oid int64) bool {
-	ms := seckill.OrderLocal(oid) >> seckill.OrderSeqBits
-	return ms <= a.EndsAt.Sub(a.StartsAt).Milliseconds()+a.Stock
 }
 
 // memoTTL bounds how long a remembered buyer is trusted: a restock message

@@ -32,6 +32,7 @@ type newest struct {
 	running bool     // the listing loop runs
 	useful  bool     // the last listing found a newer id
 	last    time.Time
+	listed  time.Time // when the last listing that succeeded began
 }
 
 // listing is one read of the newest id; done closes when it is known.
@@ -57,10 +58,15 @@ func (n *newest) saw(id int64) {
 }
 
 // above reports whether id is above every activity id in the database, as
-// a listing that begins after this call finds them. list returns the
-// newest id of the recent activities.
-func (n *newest) above(ctx context.Context, id int64, list func(ctx context.Context) (int64, error)) (bool, error) {
+// a listing that began at since or later finds them: one that succeeded
+// already, or the next one. list returns the newest id of the recent
+// activities.
+func (n *newest) above(ctx context.Context, id int64, since time.Time, list func(ctx context.Context) (int64, error)) (bool, error) {
 	n.mu.Lock()
+	if !n.listed.IsZero() && !n.listed.Before(since) {
+		n.mu.Unlock()
+		return id > n.id.Load(), nil
+	}
 	l := n.pending
 	if l == nil {
 		l = &listing{done: make(chan struct{})}
@@ -112,6 +118,9 @@ func (n *newest) loop(list func(ctx context.Context) (int64, error)) {
 		}
 		n.mu.Lock()
 		n.last, n.useful = began, l.err == nil && l.id > before
+		if l.err == nil {
+			n.listed = began
+		}
 		n.mu.Unlock()
 		close(l.done)
 	}
@@ -121,6 +130,12 @@ func (n *newest) loop(list func(ctx context.Context) (int64, error)) {
 // grab, a read): an id above every activity in the database is answered
 // not found without a query of its own (see newest).
 func (s *Service) activityEntry(ctx context.Context, id int64) (*entry, error) {
+	return s.entrySince(ctx, id, time.Now())
+}
+
+// entrySince is activityEntry where a listing that began at since or later
+// is recent enough to tell.
+func (s *Service) entrySince(ctx context.Context, id int64, since time.Time) (*entry, error) {
 	s.mu.RLock()
 	e := s.entries[id]
 	s.mu.RUnlock()
@@ -128,7 +143,7 @@ func (s *Service) activityEntry(ctx context.Context, id int64) (*entry, error) {
 		return e, nil
 	}
 	if id > s.newest.id.Load() {
-		above, err := s.newest.above(ctx, id, s.newestListed)
+		above, err := s.newest.above(ctx, id, since, s.newestListed)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, seckill.Errorf(seckill.EUNAVAILABLE, "the request was cancelled")

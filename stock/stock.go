@@ -571,21 +571,86 @@ func (e *Engine) PendingOrder(ctx context.Context, activityID, oid, uid int64, s
 	if !ok {
 		return 0, false, nil
 	}
+	return e.owner(ctx, e.rdb, activityID, oid, want, uid, startsAt)()
+}
+
+// Held is what Redis knows of an order id (Engine.FindOrder).
+type Held struct {
+	// Loaded: Redis holds the activity. If not, the rest is unknown: the
+	// database answers for the activity's orders.
+	Loaded bool
+	// Issued: the id is not beyond the last one grab.lua issued for the
+	// activity. An id beyond it is no order, yet: the next grab may issue
+	// it.
+	Issued bool
+	// Owner is the order's buyer when Redis holds the order (as
+	// PendingOrder finds it: not yet written, or written and its buyer
+	// mark or stream entry kept); 0 when it does not.
+	Owner int64
+}
+
+// FindOrder tells in one round trip whether Redis holds the activity,
+// whether it issued order oid, and whose the order is, as PendingOrder
+// does: two commands of one hash tag, pipelined. Redis issues ids in
+// increasing order (grab.lua), so an id beyond the meta's seq is no order
+// until a grab issues it, whatever the number of orders. An id of another
+// activity is neither issued nor held.
+func (e *Engine) FindOrder(ctx context.Context, activityID, oid, uid int64, startsAt time.Time) (Held, error) {
+	want, ok := localID(activityID, oid)
+	if !ok {
+		return Held{Loaded: true}, nil
+	}
+	pipe := e.rdb.Pipeline()
+	meta := pipe.HMGet(ctx, e.Keys(activityID).Meta, "starts_ms", "seq")
+	owner := e.owner(ctx, pipe, activityID, oid, want, uid, startsAt)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return Held{}, err
+	}
+	v, err := meta.Result()
+	if err != nil {
+		return Held{}, err
+	}
+	if v[0] == nil {
+		return Held{}, nil
+	}
+	s, _ := v[1].(string)
+	seq, err := strconv.ParseInt(s, 10, 64)
+	if err != nil && s != "" {
+		return Held{}, fmt.Errorf("stock: bad seq %q in the meta of activity %d", s, activityID)
+	}
+	h := Held{Loaded: true, Issued: seckill.OrderLocal(oid) <= seq}
+	if h.Owner, ok, err = owner(); err != nil || !ok {
+		h.Owner = 0
+	}
+	return h, err
+}
+
+// owner queues on c the one command that finds order oid of the activity
+// (want: its local id, as Redis holds it; see PendingOrder), and returns
+// what reads its reply once c has run it: the owner, whether Redis holds
+// the order.
+func (e *Engine) owner(ctx context.Context, c redis.Cmdable, activityID, oid int64, want string, uid int64, startsAt time.Time) func() (int64, bool, error) {
 	k := e.Keys(activityID)
 	if uid != 0 {
-		s, err := e.rdb.HGet(ctx, k.Buyers, strconv.FormatInt(uid, 10)).Result()
-		if errors.Is(err, redis.Nil) {
-			return 0, false, nil
+		mark := c.HGet(ctx, k.Buyers, strconv.FormatInt(uid, 10))
+		return func() (int64, bool, error) {
+			s, err := mark.Result()
+			if errors.Is(err, redis.Nil) {
+				return 0, false, nil
+			}
+			return uid, err == nil && s == want, err
 		}
-		return uid, err == nil && s == want, err
 	}
 	id := EntryID(startsAt, oid)
-	msgs, err := e.rdb.XRangeN(ctx, k.Orders, id, id, 1).Result()
-	if err != nil || len(msgs) == 0 || msgs[0].Values["o"] != want {
-		return 0, false, err
+	entry := c.XRangeN(ctx, k.Orders, id, id, 1)
+	return func() (int64, bool, error) {
+		msgs, err := entry.Result()
+		if err != nil || len(msgs) == 0 || msgs[0].Values["o"] != want {
+			return 0, false, err
+		}
+		owner, err := strconv.ParseInt(fmt.Sprint(msgs[0].Values["u"]), 10, 64)
+		return owner, err == nil, err
 	}
-	owner, err := strconv.ParseInt(fmt.Sprint(msgs[0].Values["u"]), 10, 64)
-	return owner, err == nil, err
 }
 
 // EntryID is the id of order oid's entry in the order stream of its

@@ -379,6 +379,68 @@ func TestPendingOrder(t *testing.T) {
 	})
 }
 
+// TestFindOrder: one round trip (two pipelined commands) tells whether
+// Redis holds the activity, whether it issued an id (the last one issued
+// is the meta's seq: the id just beyond it is no order until the next
+// grab issues it), and whose the order is.
+func TestFindOrder(t *testing.T) {
+	forEachServer(t, stock.Config{}, func(t *testing.T, e *stock.Engine, cmds *rediscount.Counter) {
+		ctx := context.Background()
+		a := openActivity(1, 10)
+		if h, err := e.FindOrder(ctx, 1, seckill.OrderID(1, 8), 7, a.StartsAt); err != nil || h != (stock.Held{}) {
+			t.Fatalf("an activity Redis does not hold: %+v %v, want nothing known", h, err)
+		}
+		load(t, e, a, nil)
+		first := grab(t, e, 1, 7).OrderID
+		next := first + 1
+		cases := []struct {
+			name     string
+			oid, uid int64
+			want     stock.Held
+		}{
+			{"the owner", first, 7, stock.Held{Loaded: true, Issued: true, Owner: 7}},
+			{"an admin", first, 0, stock.Held{Loaded: true, Issued: true, Owner: 7}},
+			{"another user", first, 8, stock.Held{Loaded: true, Issued: true}},
+			{"an id not issued yet, by a user", next, 8, stock.Held{Loaded: true}},
+			{"an id not issued yet, by an admin", next, 0, stock.Held{Loaded: true}},
+			{"an id issued before the first order", first - 1, 0, stock.Held{Loaded: true, Issued: true}},
+			{"another activity's id", seckill.OrderID(2, seckill.OrderLocal(first)), 7, stock.Held{Loaded: true}},
+		}
+		check := func() {
+			t.Helper()
+			for _, c := range cases {
+				before := cmds.N()
+				h, err := e.FindOrder(ctx, 1, c.oid, c.uid, a.StartsAt)
+				if err != nil || h != c.want {
+					t.Errorf("%s: got %+v %v, want %+v", c.name, h, err, c.want)
+				}
+				if n := cmds.N() - before; n > 2 {
+					t.Errorf("%s: %d redis commands, want at most 2 (one round trip)", c.name, n)
+				}
+			}
+		}
+		check()
+		// The next grab issues an id at or beyond next: now issued.
+		second := grab(t, e, 1, 8).OrderID
+		if second < next {
+			t.Fatalf("second order %d, want at least %d", second, next)
+		}
+		var owner int64 // of next: the second order, or no order (an id skipped)
+		if second == next {
+			owner = 8
+		}
+		cases = []struct {
+			name     string
+			oid, uid int64
+			want     stock.Held
+		}{
+			{"the id just beyond the first, once the next grab issued it", next, 0, stock.Held{Loaded: true, Issued: true, Owner: owner}},
+			{"the second order, by its owner", second, 8, stock.Held{Loaded: true, Issued: true, Owner: 8}},
+		}
+		check()
+	})
+}
+
 // TestReconcile: confirmed orders Redis did not know take their units and
 // marks once; a user who grabbed again keeps one unit; with no stock left
 // the unit becomes a debt that the next refused order pays.

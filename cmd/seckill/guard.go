@@ -48,6 +48,7 @@ type guardFlags struct {
 	maxBody           int64
 	maxInFlight       int
 	maxConns          int
+	missDelay         time.Duration
 }
 
 const (
@@ -85,6 +86,7 @@ func (g *guardFlags) register(fs flagSet) {
 	fs.Int64Var(&g.maxBody, "max-body", httpapi.DefaultMaxBody, "bound on a request body, in bytes (beyond: 413)")
 	fs.IntVar(&g.maxInFlight, "max-in-flight", httpapi.DefaultMaxInFlight, "requests handled at once; beyond: 503 overloaded, at once")
 	fs.IntVar(&g.maxConns, "max-conns", defaultMaxConns, "connections open at once; a connection beyond is answered 503 overloaded and closed")
+	fs.DurationVar(&g.missDelay, "miss-delay", httpapi.DefaultMissDelay, "how long the order routes wait before they answer 404: a client guessing order ids gets one answer per delay on each connection (0: at once)")
 }
 
 // check validates the flags and fills in the defaults of zero values.
@@ -108,6 +110,9 @@ func (g *guardFlags) check() error {
 	}
 	if g.jwtLeeway < 0 { // 0 is a leeway of none, not the default
 		return usagef("--jwt-leeway: %v is negative", g.jwtLeeway)
+	}
+	if g.missDelay < 0 { // 0: at once, as in a serveConfig built in code
+		return usagef("--miss-delay: %v is negative", g.missDelay)
 	}
 	if g.identity == "" {
 		g.identity = "header"
@@ -252,6 +257,7 @@ func (g *guardFlags) apiOptions(ctx context.Context, bk *backends, prefix string
 	proxies, _ := g.trustedProxies() // checked by check
 	opts := []httpapi.Option{
 		httpapi.WithLimits(httpapi.Limits{MaxBody: g.maxBody, MaxInFlight: int64(g.maxInFlight)}),
+		httpapi.WithMissDelay(g.missDelay),
 		httpapi.WithTrustedProxies(proxies),
 	}
 	if verifier != nil {
