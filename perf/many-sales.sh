@@ -7,7 +7,8 @@
 # on one activity while it is the only live one, then the same after
 # LIVE-1 more live activities were created (each with one order, then idle).
 # It also times creating one more activity and looking up an unknown order
-# id (curl, median of 20). Needs wrk, redis-server (and redis-cli for
+# id (curl, median of 20; serve runs with --miss-delay 0, so that the
+# lookup's own cost is timed, not the pace of 404s). Needs wrk, redis-server (and redis-cli for
 # CLUSTER=1), PostgreSQL on 127.0.0.1:5432 (user postgres, trust), python3.
 set -u
 T=$(mktemp -d); pids=()
@@ -47,7 +48,7 @@ fi
 psql -qAt -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS many_sales WITH (FORCE)" -c "CREATE DATABASE many_sales" >/dev/null || exit 1
 SP=$(port)
 $T/seckill serve --listen 127.0.0.1:$SP --redis "$REDIS" --db "postgres://postgres@127.0.0.1:5432/many_sales?sslmode=disable" \
-  --admin-token perf-admin-token-0123456789abcdef >$T/serve.log 2>&1 & pids+=($!)
+  --admin-token perf-admin-token-0123456789abcdef --miss-delay 0 >$T/serve.log 2>&1 & pids+=($!)
 U=http://127.0.0.1:$SP
 for i in $(seq 100); do curl -fs $U/healthz >/dev/null && break; sleep 0.2; done
 mk() { curl -s -X POST $U/api/v1/activities -H 'Authorization: Bearer perf-admin-token-0123456789abcdef' -H 'Content-Type: application/json' \
