@@ -3,38 +3,42 @@ package sale
 import (
 	"sync"
 	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
 // cache remembers answers for a while in bounded memory: it holds at most
-// its size of entries, the oldest put going first, and trusts each until
-// its deadline. A put is refused if a drop came after the caller took its
-// generation: a value read before this instance changed it (a payment, a
-// cancellation) is never kept after the change.
+// its size of entries, the one put longest ago going first (an LRU whose
+// reads do not count as uses), and trusts each until its deadline. A put
+// is refused if a drop came after the caller took its generation: a value
+// read before this instance changed it (a payment, a cancellation) is
+// never kept after the change.
 type cache[K comparable, V any] struct {
-	mu   sync.Mutex
-	m    map[K]cached[V]
-	ring []K // the keys in the order they were put; the next put replaces ring[next]
-	next int
-	gen  uint64 // counts the drops
+	mu  sync.Mutex
+	lru *simplelru.LRU[K, cached[V]]
+	gen uint64 // counts the drops
 }
 
 type cached[V any] struct {
 	v    V
 	till time.Time
-	slot int // its key's place in ring
 }
 
 func newCache[K comparable, V any](size int) *cache[K, V] {
-	return &cache[K, V]{m: map[K]cached[V]{}, ring: make([]K, size)}
+	l, err := simplelru.NewLRU[K, cached[V]](size, nil)
+	if err != nil {
+		panic(err) // a size below 1: a bug of the caller
+	}
+	return &cache[K, V]{lru: l}
 }
 
 // get returns the value of k if it is still trusted at now.
 func (c *cache[K, V]) get(k K, now time.Time) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.m[k]
+	e, ok := c.lru.Peek(k)
 	if ok && !now.Before(e.till) {
-		delete(c.m, k)
+		c.lru.Remove(k)
 		var zero V
 		return zero, false
 	}
@@ -53,21 +57,9 @@ func (c *cache[K, V]) generation() uint64 {
 func (c *cache[K, V]) put(k K, v V, till time.Time, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if gen != c.gen {
-		return
+	if gen == c.gen {
+		c.lru.Add(k, cached[V]{v: v, till: till})
 	}
-	if e, ok := c.m[k]; ok {
-		c.m[k] = cached[V]{v: v, till: till, slot: e.slot}
-		return
-	}
-	// The slot's former key may have been dropped or put again since
-	// (then it has another slot): only its own entry goes.
-	if old, ok := c.m[c.ring[c.next]]; ok && old.slot == c.next {
-		delete(c.m, c.ring[c.next])
-	}
-	c.ring[c.next] = k
-	c.m[k] = cached[V]{v: v, till: till, slot: c.next}
-	c.next = (c.next + 1) % len(c.ring)
 }
 
 // drop forgets k, and refuses the puts under way.
@@ -75,7 +67,7 @@ func (c *cache[K, V]) drop(k K) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen++
-	delete(c.m, k)
+	c.lru.Remove(k)
 }
 
 // len returns the number of entries held, expired ones not yet dropped
@@ -83,5 +75,5 @@ func (c *cache[K, V]) drop(k K) {
 func (c *cache[K, V]) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.m)
+	return c.lru.Len()
 }

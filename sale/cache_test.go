@@ -6,7 +6,7 @@ import (
 )
 
 // TestCache: the lookups' memory holds at most its size, dropping the
-// oldest put first (a key put again keeps its place, a key dropped frees
+// oldest put first (a key put again is the newest, a key dropped frees
 // its own); an entry expires at its deadline; a put whose generation a
 // drop overtook is refused.
 func TestCache(t *testing.T) {
@@ -29,7 +29,7 @@ func TestCache(t *testing.T) {
 			t.Errorf("key %d held: %v, want %v (the 4 put last)", k, got, want)
 		}
 	}
-	c.put(8, "again", later, c.generation()) // keeps its place: 9, 10, 11 stay
+	c.put(8, "again", later, c.generation()) // drops nothing: 9, 10, 11 stay
 	if v, _ := c.get(8, now); v != "again" || c.len() != 4 || !has(c, 9) || !has(c, 11) {
 		t.Errorf("a key put again: value %q, %d entries, want the new value and 4 entries", v, c.len())
 	}
