@@ -103,3 +103,30 @@ func BenchmarkLineWatch(b *testing.B) {
 		}
 	})
 }
+
+// FuzzLineWatch: whatever the bytes and wherever the reads split them, the
+// watch does not panic, and it finds a bare LF in two reads exactly when
+// it does in one, and places the bad request alike.
+func FuzzLineWatch(f *testing.F) {
+	for _, s := range []string{"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "GET / HTTP/1.1\nHost: x\n\n",
+		"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\na\nbGET / HTTP/1.1\r\nX: y\n\r\n"} {
+		f.Add([]byte(s), uint16(5))
+	}
+	f.Fuzz(func(t *testing.T, stream []byte, at uint16) {
+		one := newLineWatch()
+		wantN, want := one.scan(stream)
+		cut := int(at) % (len(stream) + 1)
+		two := newLineWatch()
+		n, got := two.scan(stream[:cut])
+		where := n == wantN
+		if !got {
+			// What a read reports is counted in that read: 0 when the
+			// bad request began in an earlier one.
+			n, got = two.scan(stream[cut:])
+			where = n > 0 && cut+n == wantN || n == 0 && wantN <= cut
+		}
+		if got != want || got && !where {
+			t.Fatalf("split at %d of %q: bare LF %v (%d of the second read before it), in one read %v (%d before it)", cut, stream, got, n, want, wantN)
+		}
+	})
+}
