@@ -40,7 +40,6 @@ type Observer struct {
 	seen    map[int64]Observation
 	memory  []NodeMemory
 	memAt   time.Time
-	reads   int64 // reads of activities, for tests and the docs' figures
 }
 
 // NodeMemory is a Redis node's memory use (INFO memory).
@@ -75,20 +74,12 @@ func (o *Observer) Observe(ctx context.Context, ids []int64, maxAge time.Duratio
 	read, err := o.read(ctx, stale)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.reads += int64(len(stale))
 	for id, obs := range read {
 		o.seen[id] = obs
 		out[id] = obs
 	}
 	o.forget(time.Now())
 	return out, err
-}
-
-// Reads returns how many activity reads the observer made.
-func (o *Observer) Reads() int64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.reads
 }
 
 func (o *Observer) lookup(ids []int64, maxAge time.Duration, now time.Time) (map[int64]Observation, []int64) {
