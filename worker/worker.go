@@ -151,6 +151,12 @@ type Worker struct {
 	// prober holds the streams whose Redis node failed (see away.go); set
 	// by Run.
 	prober *prober
+	// owed runs the reconciliations of batches committed whose Redis
+	// steps gave up (see owe); its context, set by Run, ends after the
+	// drain, and Run waits for them.
+	owed     sync.WaitGroup
+	owedCtx  context.Context
+	stopOwed context.CancelFunc
 
 	// crashAt, set by tests, is asked at each stage of a batch ("read":
 	// before the database write, "committed": before compensation and ack);
@@ -236,6 +242,8 @@ type stream struct {
 // batches of Batch.
 func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker started")
+	w.owedCtx, w.stopOwed = context.WithCancel(context.WithoutCancel(ctx))
+	defer func() { w.stopOwed(); w.owed.Wait() }()
 	sub := w.rdb.Subscribe(ctx, w.engine.WakeChannel())
 	defer sub.Close()
 	wake := sub.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(5 * time.Second))
@@ -993,6 +1001,7 @@ func (w *Worker) process(ctx context.Context, job []batch) error {
 			for i := range job {
 				job[i].redisFailed = job[i].redisFailed || job[i].s.a.ID == r.ActivityID
 			}
+			w.owe(job, reqs, outcomes)
 			return err
 		}
 	}
@@ -1020,6 +1029,7 @@ func (w *Worker) process(ctx context.Context, job []batch) error {
 		for i := range job {
 			job[i].redisFailed = !job[i].acked
 		}
+		w.owe(job, reqs, outcomes)
 		return err
 	}
 	for i, b := range job {
@@ -1036,16 +1046,52 @@ func (w *Worker) process(ctx context.Context, job []batch) error {
 	return nil
 }
 
+// owe reconciles, in the background, the confirmed orders of each batch
+// of job whose Redis steps gave up after the commit. Their entries stay
+// pending, to be written again and acknowledged once the node answers
+// (see away.go), unless the node is gone and a replica promoted without
+// them: then no entry is left to write again, and nothing else would
+// teach the new master these committed orders (the API's resync reads the
+// database once, perhaps before this commit). Reconcile is idempotent:
+// where the node kept the entries it changes nothing.
+func (w *Worker) owe(job []batch, reqs []seckill.OrderRequest, outcomes []seckill.Outcome) {
+	for _, b := range job {
+		if !b.redisFailed {
+			continue
+		}
+		buyers := confirmed(b.s.a.ID, reqs, outcomes)
+		if len(buyers) == 0 {
+			continue
+		}
+		w.owed.Add(1)
+		go func() {
+			defer w.owed.Done()
+			w.reconcileBuyers(w.owedCtx, b.s.a.ID, buyers, b.s.log)
+		}()
+	}
+}
+
+// confirmed returns the confirmed orders of the activity among reqs.
+func confirmed(activityID int64, reqs []seckill.OrderRequest, outcomes []seckill.Outcome) []seckill.Buyer {
+	var buyers []seckill.Buyer
+	for i, o := range outcomes {
+		if o.Status == seckill.OrderConfirmed && reqs[i].ActivityID == activityID {
+			buyers = append(buyers, seckill.Buyer{UserID: reqs[i].UserID, OrderID: reqs[i].OrderID})
+		}
+	}
+	return buyers
+}
+
 // reconcile tells Redis about the batch's confirmed orders of the activity
 // that it may not know (stock.Engine.Reconcile), waiting for the activity
 // to be loaded again if Redis lost it.
 func (w *Worker) reconcile(ctx context.Context, activityID int64, reqs []seckill.OrderRequest, outcomes []seckill.Outcome, log *slog.Logger) {
-	var confirmed []seckill.Buyer
-	for i, o := range outcomes {
-		if o.Status == seckill.OrderConfirmed && reqs[i].ActivityID == activityID {
-			confirmed = append(confirmed, seckill.Buyer{UserID: reqs[i].UserID, OrderID: reqs[i].OrderID})
-		}
-	}
+	w.reconcileBuyers(ctx, activityID, confirmed(activityID, reqs, outcomes), log)
+}
+
+// reconcileBuyers is reconcile of the given orders, trying again until
+// Redis answers (and has the activity loaded) or ctx ends.
+func (w *Worker) reconcileBuyers(ctx context.Context, activityID int64, confirmed []seckill.Buyer, log *slog.Logger) {
 	b := newBackoff()
 	for ctx.Err() == nil {
 		n, err := w.engine.Reconcile(ctx, activityID, confirmed)
@@ -1061,7 +1107,7 @@ func (w *Worker) reconcile(ctx context.Context, activityID int64, reqs []seckill
 		}
 		b.sleep(ctx)
 	}
-	log.Error("reconcile gave up: the activity was not loaded in time", "orders", len(confirmed))
+	log.Error("reconcile gave up: redis did not take these confirmed orders in time", "orders", len(confirmed))
 }
 
 // heartbeat keeps the entries in hand from looking idle while process
