@@ -117,7 +117,9 @@
 // They can go back if the Redis clock is set back, or a replica promoted with
 // a clock that lags, by more than those margins. A reentrant acquisition
 // shares the token of the hold it joins. A semaphore permit's token grows per
-// slot (Lock.Slot), so a resource fences permits per slot.
+// slot (Lock.Slot), so a resource fences permits per slot; a hold of n
+// permits (Semaphore.AcquireN) fences each of its slots (Lock.Slots) with
+// its one token.
 //
 // With Redlock every node counts on its own, so one number cannot order the
 // holders; Lock.Tokens gives the token of each node, and a resource can fence

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -19,7 +20,7 @@ type Lock struct {
 	leaseArg string    // lease in ms, for the scripts
 	token    int64     // fencing token
 	tokens   []int64   // Redlock: the token of each node, 0 where not acquired
-	slot     int       // semaphore permit: its slot
+	slots    []int     // semaphore hold: its slots, lowest first
 	acquired time.Time // when the last acquire request was sent
 	kv       [8]string // arguments of the acquire script
 	co       *cohort   // the cohort whose Redis hold this is (see cohort.go)
@@ -103,9 +104,21 @@ func (l *Lock) Tokens() []int64 {
 
 // Slot returns the slot of a semaphore permit: a number below the
 // semaphore's permits, held by no other live permit. A resource fences
-// permits per slot: it keeps the largest token seen for each slot. It is 0
-// for other locks.
-func (l *Lock) Slot() int { return l.slot }
+// permits per slot: it keeps the largest token seen for each slot. For a
+// hold of several permits (Semaphore.AcquireN) it is the lowest of its
+// slots (see Slots). It is 0 for other locks.
+func (l *Lock) Slot() int {
+	if l.slots == nil {
+		return 0
+	}
+	return l.slots[0]
+}
+
+// Slots returns the slots of a semaphore hold, lowest first: one per
+// permit it holds, each held by no other live permit. The hold's one
+// fencing token (Token) fences each of them: it is larger than the token
+// of every earlier holder of any slot. It is nil for other locks.
+func (l *Lock) Slots() []int { return slices.Clone(l.slots) }
 
 // Metadata returns the metadata given with WithMetadata.
 func (l *Lock) Metadata() string { return l.metadata }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -37,7 +38,8 @@ type Hold struct {
 	ID       string        // the hold's own token: the holding client's id, '.', a number
 	Token    int64         // fencing token
 	TTL      time.Duration // lease left
-	Slot     int           // a semaphore permit's slot
+	Slot     int           // a semaphore permit's slot: the lowest of Slots
+	Slots    []int         // a semaphore hold's slots, one per permit (Semaphore.AcquireN)
 	Mode     string        // "read" or "write" for a read-write lock, else ""
 	Owner    string        // a reentrant mutex's owner
 	Metadata string        // given with WithMetadata
@@ -166,7 +168,10 @@ func parseState(name string, r []string) (State, error) {
 			Owner: r[i+4], Metadata: r[i+5]}
 		switch x := r[i+3]; {
 		case s.Kind == KindSemaphore:
-			h.Slot = int(num(x))
+			for f := range strings.SplitSeq(x, ",") {
+				h.Slots = append(h.Slots, int(num(f)))
+			}
+			h.Slot = h.Slots[0]
 		case x == "r":
 			h.Mode = "read"
 		case x == "w":

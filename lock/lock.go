@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -306,8 +307,8 @@ func (c *Client) waitFor(ctx context.Context, l *Lock) error {
 		case <-c.ctx.Done():
 			return c.leave(ctx, l, c.waitEnded(ErrClosed, err))
 		case <-w.wake:
-			if token, slot, ok := c.waiters.granted(w); ok && token > l.polled {
-				l.token, l.slot, l.acquired = token, slot, sent
+			if token, slots, ok := c.waiters.granted(w); ok && token > l.polled && l.setSlots(slots) == nil {
+				l.token, l.acquired = token, sent
 				switch err := c.confirm(ctx, l, sent); {
 				case err == nil:
 					return nil
@@ -536,7 +537,7 @@ func (c *Client) fifo() string {
 }
 
 // acquire runs the acquire script (how: attemptTry, attemptWait or
-// attemptPoll). On success it sets l's token, slot and validity: the lease
+// attemptPoll). On success it sets l's token, slots and validity: the lease
 // runs from start, or, when the lock was given to the waiter earlier, from
 // since. When the lock is taken it returns an error matching ErrNotObtained
 // (possibly inside a QuorumError) and how long the first hold still runs.
@@ -556,14 +557,15 @@ func (c *Client) acquire(ctx context.Context, l *Lock, how string, since time.Ti
 	l.acquired = start
 	strs := l.spec[0] == 's' || how == attemptPoll
 	if !c.redlock() {
-		var v, slot int64
+		var v int64
+		var slots string
 		held := false
 		var err error
 		if strs {
 			var r []string
 			r, err = runStrings(ctx, c.nodes[0], acquireScript, keys, args)
 			if err == nil {
-				v, slot, held, err = parseAcquired(r)
+				v, slots, held, err = parseAcquired(r)
 			}
 			if err == nil && v < 0 && how == attemptPoll {
 				l.polled = parseIssued(r)
@@ -588,6 +590,10 @@ func (c *Client) acquire(ctx context.Context, l *Lock, how string, since time.Ti
 			c.undo(l)
 			return 0, err
 		}
+		if err := l.setSlots(slots); err != nil {
+			c.releaseQuietly(ctx, l)
+			return 0, err
+		}
 		if held {
 			// The lock was given to the waiter earlier: after since, unless
 			// by a grant that an earlier poll found too old to use (below)
@@ -597,7 +603,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, how string, since time.Ti
 				start = time.Time{}
 			}
 		}
-		l.token, l.slot = v, int(slot)
+		l.token = v
 		l.validUntil = start.Add(l.lease - drift(l.lease))
 		if !time.Now().Before(l.validUntil) {
 			// Granted, but too slowly to be of use: released, to the next
@@ -663,17 +669,39 @@ func (c *Client) acquire(ctx context.Context, l *Lock, how string, since time.Ti
 	return 0, nil
 }
 
-// parseAcquired reads the array reply of the acquire script: token, slot,
-// and whether the hold already held the lock.
-func parseAcquired(r []string) (token, slot int64, held bool, err error) {
+// parseAcquired reads the array reply of the acquire script: token, slots
+// (see setSlots), and whether the hold already held the lock.
+func parseAcquired(r []string) (token int64, slots string, held bool, err error) {
 	if len(r) < 2 {
-		return 0, 0, false, fmt.Errorf("lock: acquire script replied %q", r)
+		return 0, "", false, fmt.Errorf("lock: acquire script replied %q", r)
 	}
 	token, err = strconv.ParseInt(r[0], 10, 64)
-	if err == nil {
-		slot, err = strconv.ParseInt(r[1], 10, 64)
+	return token, r[1], len(r) > 2 && r[2] == "1", err
+}
+
+// setSlots sets the slots of a semaphore hold from the scripts' list of
+// them, "<slot>[,<slot>...]", lowest first; other locks have none.
+func (l *Lock) setSlots(list string) error {
+	if l.spec[0] != 's' {
+		return nil
 	}
-	return token, slot, len(r) > 2 && r[2] == "1", err
+	want := 1
+	if _, n, ok := strings.Cut(l.spec, "x"); ok {
+		want, _ = strconv.Atoi(n)
+	}
+	slots := make([]int, 0, want)
+	for f := range strings.SplitSeq(list, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return fmt.Errorf("lock: slots %q from Redis: %w", list, err)
+		}
+		slots = append(slots, n)
+	}
+	if len(slots) != want {
+		return fmt.Errorf("lock: slots %q from Redis for %d permits", list, want)
+	}
+	l.slots = slots
+	return nil
 }
 
 // parseIssued reads what a poll that found the lock taken adds to its

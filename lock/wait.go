@@ -26,9 +26,9 @@ type waiter struct {
 	wake chan struct{} // buffered: a wake-up is never lost, repeated ones merge
 
 	// guarded by waiters.mu
-	given bool  // the lock was given to it
-	token int64 // its fencing token
-	slot  int   // its slot (semaphore)
+	given bool   // the lock was given to it
+	token int64  // its fencing token
+	slots string // its slots (semaphore: see Lock.setSlots)
 }
 
 func (ws *waiters) add(tok string) *waiter {
@@ -46,26 +46,25 @@ func (ws *waiters) remove(tok string) {
 }
 
 // granted reports whether w was given the lock, and with which fencing
-// token and slot; it reports each gift once.
-func (ws *waiters) granted(w *waiter) (token int64, slot int, ok bool) {
+// token and slots; it reports each gift once.
+func (ws *waiters) granted(w *waiter) (token int64, slots string, ok bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	ok, w.given = w.given, false
-	return w.token, w.slot, ok
+	return w.token, w.slots, ok
 }
 
 // message handles a message on the client's channel: "<hold token>
-// <fencing token> <slot>" gives the lock to the waiter of that hold token;
+// <fencing token> <slots>" gives the lock to the waiter of that hold token;
 // a fencing token of 0 wakes it to try again. A message for a waiter that
 // left is dropped: leaving releases what it was given.
 func (ws *waiters) message(payload string) {
 	tok, rest, _ := strings.Cut(payload, " ")
-	token, slot, _ := strings.Cut(rest, " ")
+	token, slots, _ := strings.Cut(rest, " ")
 	t, err := strconv.ParseInt(token, 10, 64)
 	if err != nil {
 		return
 	}
-	s, _ := strconv.Atoi(slot)
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	w := ws.m[tok]
@@ -73,7 +72,7 @@ func (ws *waiters) message(payload string) {
 		return
 	}
 	if t > 0 {
-		w.given, w.token, w.slot = true, t, s
+		w.given, w.token, w.slots = true, t, slots
 	}
 	signal(w)
 }

@@ -15,7 +15,8 @@
 -- ARGV[8]  metadata (default '')
 --
 -- Returns, for a semaphore spec and when ARGV[4] is '2', an array of
--- strings: the fencing token, the slot, and '1' if this hold token held the
+-- strings: the fencing token, the slots ("<slot>[,<slot>...]" for a
+-- semaphore, else '0'), and '1' if this hold token held the
 -- lock before this call (a waiter given the lock) else '0'; for others an
 -- integer: the fencing token. The token is
 -- > 0 when acquired, also when this hold token already holds the lock (a
@@ -54,7 +55,7 @@ end
 local mine = st.live[tok]
 if mine then
 	dequeue(tok)
-	return reply(tonumber(mine.token), tonumber(mine.x), true)
+	return reply(tonumber(mine.token), st.kind == 's' and mine.x or 0, true)
 end
 if mismatch(st, spec) then
 	return reply(0)

@@ -13,8 +13,9 @@
 --          Every other lock is a hash with one field per hold, named by
 --          the hold token (which contains a '.'; no other field does),
 --          valued "<expiry ms> <fencing token> <x>[ <metadata>]"
---          where x is '-' for a mutex, the slot of a semaphore permit, 'r'
---          or 'w' for a read-write lock. Its other fields: k the kind ('s'
+--          where x is '-' for a mutex, the slots of a semaphore hold
+--          ("<slot>[,<slot>...]", one per permit it holds), 'r' or 'w'
+--          for a read-write lock. Its other fields: k the kind ('s'
 --          semaphore, 'rw' read-write lock, absent for a mutex), n the
 --          permits of a semaphore, o the owner of a reentrant mutex, f the
 --          fencing token its holds share, m its metadata. Each hold has its
@@ -29,12 +30,13 @@
 --
 -- A spec says what a hold asks for: 'p' a plain mutex, 'h' a mutex with
 -- metadata, 'o' .. owner a reentrant mutex, 's' .. permits a semaphore
--- permit, 'r' a read hold, 'w' a write hold.
+-- permit, 's' .. permits .. 'x' .. n a hold of n permits at once, 'r' a
+-- read hold, 'w' a write hold.
 --
 -- Waiters get the lock in arrival order from whoever changes it (a release,
 -- a cancelled wait, an acquisition that finds it free): the lock goes
 -- straight to the waiter, which learns it from a message on its client's
--- channel, chanbase .. client id: "<hold token> <fencing token> <slot>". A
+-- channel, chanbase .. client id: "<hold token> <fencing token> <slots>". A
 -- fencing token of 0 only wakes the waiter up (Redlock: no node can grant a
 -- lock on its own).
 

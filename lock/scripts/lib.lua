@@ -15,11 +15,35 @@ local function kindof(spec)
 	return 'm'
 end
 
+-- semspec returns the permits of a semaphore spec and how many of them the
+-- hold takes: 's' .. permits for one, 's' .. permits .. 'x' .. n for n.
+local function semspec(spec)
+	local permits, n = string.match(spec, '^s(%d+)x?(%d*)$')
+	return tonumber(permits), tonumber(n) or 1
+end
+
+-- take marks the slots of a semaphore hold, x ("<slot>[,<slot>...]"),
+-- used (by one more or, with by -1, one less hold); other holds mark their
+-- mode or '-'. It counts the permits taken.
+local function take(st, x, by)
+	local v = by > 0 or nil
+	if not string.find(x, ',', 1, true) then
+		st.used[x] = v
+		st.taken = st.taken + by
+		return
+	end
+	for s in string.gmatch(x, '%d+') do
+		st.used[s] = v
+		st.taken = st.taken + by
+	end
+end
+
 -- load reads the lock at time t: its kind, its live holds (expired ones are
 -- deleted, and the key with the last of them), their count n, the number of
--- write holds, and the slots in use. A plain mutex has its holder in plain.
+-- write holds, the slots in use and the permits they make, taken. A plain
+-- mutex has its holder in plain.
 local function load(t)
-	local st = {n = 0, live = {}, writers = 0, used = {}}
+	local st = {n = 0, live = {}, writers = 0, used = {}, taken = 0}
 	local v = redis.pcall('get', K)
 	if type(v) == 'string' then
 		local tok, token, streak = string.match(v, '^(%S+) (%d+) ?(%d*)$')
@@ -41,7 +65,7 @@ local function load(t)
 			if e and e > t then
 				st.live[f] = {e = e, token = token, x = m, md = md}
 				st.n = st.n + 1
-				st.used[m] = true
+				take(st, m, 1)
 				if m == 'w' then
 					st.writers = st.writers + 1
 				end
@@ -54,7 +78,7 @@ local function load(t)
 	end
 	if st.n == 0 then
 		redis.call('del', K)
-		return {n = 0, live = {}, writers = 0, used = {}}
+		return {n = 0, live = {}, writers = 0, used = {}, taken = 0}
 	end
 	st.kind, st.owner, st.token, st.md, st.permits = meta.k or 'm', meta.o, meta.f, meta.m, tonumber(meta.n)
 	return st
@@ -83,7 +107,8 @@ local function room(st, spec)
 	end
 	local c = string.sub(spec, 1, 1)
 	if c == 's' then
-		return st.kind == 's' and st.n < st.permits
+		local _, n = semspec(spec)
+		return st.kind == 's' and st.taken + n <= st.permits
 	elseif c == 'r' then
 		return st.kind == 'rw' and st.writers == 0
 	elseif c == 'o' then
@@ -101,12 +126,15 @@ local function mismatch(st, spec)
 	if st.kind ~= kindof(spec) then
 		return true
 	end
-	return st.kind == 's' and st.permits ~= tonumber(string.sub(spec, 2))
+	return st.kind == 's' and st.permits ~= semspec(spec)
 end
 
 -- add gives hold tok of spec the lock (room must be checked) for lease ms,
--- and returns its fencing token and slot. streak and n (the tokens it
--- reserves, see block in core.lua) are for a plain mutex (see promote).
+-- and returns its fencing token and slot: for a semaphore hold, its slots,
+-- the lowest free ones, as "<slot>[,<slot>...]"; 0 for others. One token
+-- for all the slots of a hold: it is above every earlier hold's, so it
+-- fences each of them. streak and n (the tokens it reserves, see block in
+-- core.lua) are for a plain mutex (see promote).
 local function add(st, tok, lease, spec, md, t, streak, n)
 	local c = string.sub(spec, 1, 1)
 	if st.stale then
@@ -130,10 +158,16 @@ local function add(st, tok, lease, spec, md, t, streak, n)
 	end
 	local x, slot = '-', 0
 	if c == 's' then
-		while st.used[tostring(slot)] do
-			slot = slot + 1
+		local _, want = semspec(spec)
+		local got, i = {}, 0
+		while #got < want do
+			if not st.used[tostring(i)] then
+				table.insert(got, tostring(i))
+			end
+			i = i + 1
 		end
-		x = tostring(slot)
+		x = table.concat(got, ',')
+		slot = x
 	elseif c == 'r' or c == 'w' then
 		x = c
 	end
@@ -146,11 +180,11 @@ local function add(st, tok, lease, spec, md, t, streak, n)
 	if new then
 		st.kind = kindof(spec)
 		if st.kind == 's' then
-			st.permits = tonumber(string.sub(spec, 2))
+			st.permits = semspec(spec)
 			table.insert(fields, 'k')
 			table.insert(fields, 's')
 			table.insert(fields, 'n')
-			table.insert(fields, string.sub(spec, 2))
+			table.insert(fields, str(st.permits))
 		elseif st.kind == 'rw' then
 			table.insert(fields, 'k')
 			table.insert(fields, 'rw')
@@ -172,7 +206,8 @@ local function add(st, tok, lease, spec, md, t, streak, n)
 	redis.call('hset', K, unpack(fields))
 	st.live[tok] = {e = e, token = str(token), x = x, md = md}
 	st.n = st.n + 1
-	st.used[x] = true
+	st.taken = st.taken or 0
+	take(st, x, 1)
 	if x == 'w' then
 		st.writers = st.writers + 1
 	end
@@ -214,7 +249,7 @@ local function full(st)
 	if st.n == 0 then
 		return false
 	elseif st.kind == 's' then
-		return st.n >= st.permits
+		return st.taken >= st.permits
 	elseif st.kind == 'rw' then
 		return st.writers > 0
 	end
@@ -310,7 +345,7 @@ local function release(st, tok, t, fifo, chanbase)
 		redis.call('hdel', K, tok)
 		st.live[tok] = nil
 		st.n = st.n - 1
-		st.used[h.x] = nil
+		take(st, h.x, -1)
 		if h.x == 'w' then
 			st.writers = st.writers - 1
 		end
