@@ -78,6 +78,13 @@ func (l *Lock) stopTimers() {
 // Key returns the name the lock was taken with.
 func (l *Lock) Key() string { return l.name }
 
+// ID returns the id of the hold in Redis (Inspect's Hold.ID): the holding
+// client's id, '.', a number; one acquisition's and no other's. A
+// semaphore hold can be released by it from any process (Semaphore.Release).
+// A mutex hold passed on within a cohort (see Client.Lock) has the id of
+// the Redis hold it shares.
+func (l *Lock) ID() string { return l.tok }
+
 // Token returns the fencing token: it is larger than the token of every
 // earlier holder of this name (see the package documentation for the
 // conditions). Hand it to the protected resource with every write, and let

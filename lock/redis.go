@@ -63,6 +63,8 @@ var (
 	releaseFastLua string
 	//go:embed scripts/release.lua
 	releaseLua string
+	//go:embed scripts/release_id.lua
+	releaseIDLua string
 	//go:embed scripts/cancel.lua
 	cancelLua string
 	//go:embed scripts/extend.lua
@@ -74,13 +76,14 @@ var (
 	//go:embed scripts/force.lua
 	forceLua string
 
-	acquireScript = newScript(acquireFastLua, acquireLua)
-	releaseScript = newScript(releaseFastLua, releaseLua)
-	cancelScript  = newScript("", cancelLua)
-	extendScript  = newScript("", extendLua)
-	ttlScript     = newScript("", ttlLua)
-	inspectScript = newScript("", inspectLua)
-	forceScript   = newScript("", forceLua)
+	acquireScript   = newScript(acquireFastLua, acquireLua)
+	releaseScript   = newScript(releaseFastLua, releaseLua)
+	releaseIDScript = newScript("", releaseIDLua)
+	cancelScript    = newScript("", cancelLua)
+	extendScript    = newScript("", extendLua)
+	ttlScript       = newScript("", ttlLua)
+	inspectScript   = newScript("", inspectLua)
+	forceScript     = newScript("", forceLua)
 )
 
 // run runs s on r: EVALSHA first, EVAL when the server does not know the

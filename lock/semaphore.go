@@ -80,6 +80,37 @@ func (s *Semaphore) AcquireN(ctx context.Context, n int, opts ...LockOption) (*L
 	return s.c.wait(ctx, l)
 }
 
+// Release releases the hold of this semaphore whose ID (Lock.ID) is id,
+// from any client of any process, as its Unlock would: its permits go to
+// the waiters that now fit. It is how a hold is given back by another
+// process than the one that took it (Redisson's RPermitExpirableSemaphore):
+// the holder passes its ID on, with the work. The ID names one
+// acquisition, so Release drops that hold and never another; when the
+// semaphore has no live hold of that ID (released already, by Unlock or
+// Release, or expired), it returns ErrNotHeld and changes nothing.
+//
+// The holder is not told at once: its hold is lost (Context ends with a
+// cause wrapping ErrLost, later Extend and Unlock return ErrNotHeld) at
+// its next renewal, within a third of the lease under a watchdog, or when
+// a fixed lease (WithTTL) runs out. Until then it may still believe it
+// holds the permits and write; the per-slot fencing token is what makes
+// the resource refuse it once a later holder of one of its slots has used
+// it, as for any holder whose hold has gone.
+func (s *Semaphore) Release(ctx context.Context, id string) error {
+	if s.c.redlock() {
+		return fmt.Errorf("%w: semaphore %q on Redlock: semaphores need a single Redis", ErrOption, s.name)
+	}
+	k := s.c.keys(s.name)
+	v, err := run(ctx, s.c.nodes[0], releaseIDScript, k[:], []string{id, s.c.chanbase})
+	switch {
+	case err != nil:
+		return err
+	case v == 0:
+		return ErrNotHeld
+	}
+	return nil
+}
+
 func (s *Semaphore) prepare(n int, opts []LockOption) (*Lock, error) {
 	cfg, err := config(opts)
 	switch {

@@ -637,7 +637,9 @@ func (g *ledger) sample(ctx context.Context, rdb *redis.Client, prefix, name str
 // permits, no slot twice, which the ledger also checks as each enters);
 // a valid holder's claim is never refused; the frozen holder's context
 // ends with ErrLost, its late write is refused on a slot taken over, and
-// its Unlock returns ErrNotHeld.
+// its Unlock returns ErrNotHeld. One hold in four is given back by the
+// next client with Semaphore.Release of its ID instead of Unlock: that
+// finds every hold still valid, and its holder's context ends with ErrLost.
 func TestPermitsUnderPauses(t *testing.T) {
 	forEachAdapter(t, func(t *testing.T, a adapter, _ lock.Redis, prefix string) {
 		const permits, clients, perClient, rounds = 5, 4, 2, 8
@@ -691,6 +693,10 @@ func TestPermitsUnderPauses(t *testing.T) {
 			}
 		}()
 
+		var (
+			mu   sync.Mutex
+			byID []*lock.Lock // holds released by another client
+		)
 		var frozen, lateRefused, lateWrites atomic.Int32
 		var pending atomic.Int32 // freezes still to come: everyone takes holds until they are done
 		pending.Store(clients)
@@ -761,6 +767,22 @@ func TestPermitsUnderPauses(t *testing.T) {
 						}
 						time.Sleep(time.Millisecond)
 						g.exit(l)
+						if (id+i)%4 == 3 {
+							// given back by the next client, by its ID
+							valid := l.ValidUntil()
+							err := cls[(c+1)%clients].Semaphore(name, permits).Release(ctx, l.ID())
+							switch {
+							case err == nil:
+								mu.Lock()
+								byID = append(byID, l)
+								mu.Unlock()
+							case !errors.Is(err, lock.ErrNotHeld):
+								t.Error(err)
+							case time.Now().Before(valid):
+								t.Errorf("token %d, valid for %v more: Release of its ID found no hold", l.Token(), time.Until(valid))
+							}
+							continue
+						}
 						// nil, or ErrNotHeld: a hold that a frozen client (this
 						// one's) or a stalled machine let expire
 						if err := l.Unlock(ctx); err != nil && !errors.Is(err, lock.ErrNotHeld) {
@@ -773,10 +795,24 @@ func TestPermitsUnderPauses(t *testing.T) {
 		wg.Wait()
 		close(stop)
 		<-sampled
-		t.Logf("%d holds of 1-3 permits of %d entered, %d frozen past their lease, %d of their slots' takeovers seen, "+
-			"%d of %d late writes refused; %d Redis samples checked %d valid holds", g.entries, permits, frozen.Load(),
-			g.takeovers, lateRefused.Load(), lateWrites.Load(), g.samples, g.checked)
-		if frozen.Load() != clients || g.takeovers == 0 || lateRefused.Load() == 0 || g.checked == 0 {
+		// the holders of the holds released by ID learn it
+		for _, l := range byID {
+			select {
+			case <-l.Done():
+			case <-time.After(20 * time.Second):
+				t.Fatalf("token %d, released by ID: its context did not end", l.Token())
+			}
+			if cause := context.Cause(l.Context()); !errors.Is(cause, lock.ErrLost) {
+				t.Errorf("token %d, released by ID: cause %v, want ErrLost", l.Token(), cause)
+			}
+			if err := l.Unlock(ctx); !errors.Is(err, lock.ErrNotHeld) {
+				t.Errorf("token %d, released by ID: Unlock %v, want ErrNotHeld", l.Token(), err)
+			}
+		}
+		t.Logf("%d holds of 1-3 permits of %d entered, %d released by ID from another client, %d frozen past their lease, "+
+			"%d of their slots' takeovers seen, %d of %d late writes refused; %d Redis samples checked %d valid holds",
+			g.entries, permits, len(byID), frozen.Load(), g.takeovers, lateRefused.Load(), lateWrites.Load(), g.samples, g.checked)
+		if frozen.Load() != clients || g.takeovers == 0 || lateRefused.Load() == 0 || g.checked == 0 || len(byID) == 0 {
 			t.Errorf("the pauses did not overlap holders: %d frozen, %d takeovers, %d late writes refused, %d checks",
 				frozen.Load(), g.takeovers, lateRefused.Load(), g.checked)
 		}
