@@ -13,7 +13,8 @@ var (
 	ErrNotObtained = errors.New("lock: not obtained")
 
 	// ErrNotHeld is returned by Unlock, Extend and TTL when the lock is no
-	// longer held: it expired, was taken over, or was already released.
+	// longer held: it expired, was taken over, or was already released; and
+	// by Semaphore.Release when the semaphore has no live hold of the ID.
 	// Releasing twice is harmless: the second call returns ErrNotHeld.
 	ErrNotHeld = errors.New("lock: not held")
 
@@ -34,7 +35,8 @@ var (
 
 	// ErrOption is matched by the error of an acquisition given options
 	// that conflict (WithTTL and WithWatchdog) or do not apply (WithReentrant
-	// for a semaphore), and of a semaphore or read-write lock on Redlock.
+	// for a semaphore), of one of n semaphore permits with n outside [1,
+	// permits], and of a semaphore or read-write lock on Redlock.
 	ErrOption = errors.New("lock: bad option")
 )
 
