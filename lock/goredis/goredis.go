@@ -27,12 +27,47 @@ const healthCheck = 10 * time.Second
 
 type client struct {
 	c redis.UniversalClient
+	p *pipeliner // nil: each call on its own
 }
 
 var _ lock.Redis = client{}
 
+// Option configures the adapter.
+type Option func(*client)
+
+// WithoutPipelining sends each call on its own connection, as go-redis
+// does, instead of sending the calls of concurrent goroutines together
+// (see New).
+func WithoutPipelining() Option { return func(r *client) { r.p = nil } }
+
 // New returns c as a lock.Redis. The lock does not close c.
-func New(c redis.UniversalClient) lock.Redis { return client{c} }
+//
+// On a single server's client (standalone, or Sentinel's failover client),
+// the calls that goroutines make at the same time go together in one
+// pipeline, as rueidis does by itself: no delay is added (a call with
+// nobody else to wait for goes at once), and a call whose context ends
+// stops waiting for its answer. A Cluster or Ring client sends each call on
+// its own (a pipeline over several nodes waits for the slowest).
+func New(c redis.UniversalClient, opts ...Option) lock.Redis {
+	r := client{c: c}
+	if rc, ok := c.(*redis.Client); ok {
+		r.p = &pipeliner{c: rc}
+	}
+	for _, o := range opts {
+		o(&r)
+	}
+	return r
+}
+
+// process runs cmd; an error means ctx ended before its answer came, and
+// cmd must not be read.
+func (r client) process(ctx context.Context, cmd redis.Cmder) error {
+	if r.p != nil {
+		return r.p.process(ctx, cmd)
+	}
+	_ = r.c.Process(ctx, cmd)
+	return nil
+}
 
 func evalArgs(cmd, script string, keys, args []string) []any {
 	a := make([]any, 0, 3+len(keys)+len(args))
@@ -48,13 +83,17 @@ func evalArgs(cmd, script string, keys, args []string) []any {
 
 func (r client) evalInt(ctx context.Context, cmd, script string, keys, args []string) (int64, error) {
 	c := redis.NewIntCmd(ctx, evalArgs(cmd, script, keys, args)...)
-	_ = r.c.Process(ctx, c)
+	if err := r.process(ctx, c); err != nil {
+		return 0, err
+	}
 	return c.Result()
 }
 
 func (r client) evalStrings(ctx context.Context, cmd, script string, keys, args []string) ([]string, error) {
 	c := redis.NewStringSliceCmd(ctx, evalArgs(cmd, script, keys, args)...)
-	_ = r.c.Process(ctx, c)
+	if err := r.process(ctx, c); err != nil {
+		return nil, err
+	}
 	return c.Result()
 }
 
