@@ -41,11 +41,14 @@ type script struct {
 }
 
 // newScript makes a script of core.lua, fast (a fast path, may be empty),
-// lib.lua and body: a Redis script cannot include another. The fast path
-// comes before lib.lua so that the common cases do not pay for defining
-// its functions (see core.lua).
-func newScript(fast, body string) *script {
-	src := coreLua + "\n" + fast + "\n" + libLua + "\n" + body
+// contended.lua and lib.lua before body: a Redis script cannot include
+// another (see core.lua).
+func newScript(fast, body string) *script { return composeScript("", fast, body) }
+
+// composeScript is newScript with free, an uncontended case, right after
+// core.lua: it does not pay for defining the functions of the others.
+func composeScript(free, fast, body string) *script {
+	src := coreLua + "\n" + free + "\n" + contendedLua + "\n" + fast + "\n" + libLua + "\n" + body
 	sum := sha1.Sum([]byte(src))
 	return &script{src: src, sha: hex.EncodeToString(sum[:])}
 }
@@ -53,8 +56,14 @@ func newScript(fast, body string) *script {
 var (
 	//go:embed scripts/core.lua
 	coreLua string
+	//go:embed scripts/contended.lua
+	contendedLua string
 	//go:embed scripts/lib.lua
 	libLua string
+	//go:embed scripts/acquire_free.lua
+	acquireFreeLua string
+	//go:embed scripts/release_free.lua
+	releaseFreeLua string
 	//go:embed scripts/acquire_fast.lua
 	acquireFastLua string
 	//go:embed scripts/acquire.lua
@@ -76,8 +85,8 @@ var (
 	//go:embed scripts/force.lua
 	forceLua string
 
-	acquireScript   = newScript(acquireFastLua, acquireLua)
-	releaseScript   = newScript(releaseFastLua, releaseLua)
+	acquireScript   = composeScript(acquireFreeLua, acquireFastLua, acquireLua)
+	releaseScript   = composeScript(releaseFreeLua, releaseFastLua, releaseLua)
 	releaseIDScript = newScript("", releaseIDLua)
 	cancelScript    = newScript("", cancelLua)
 	extendScript    = newScript("", extendLua)

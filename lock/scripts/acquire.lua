@@ -32,7 +32,8 @@
 
 local tok, lease, spec = ARGV[1], ARGV[2], ARGV[3] or 'p'
 
--- (acquire_fast.lua took the free and the plainly held plain mutex)
+-- (acquire_free.lua took the free plain mutex, acquire_fast.lua the plainly
+-- held one)
 local how = ARGV[4] or '0'
 local wait, fifo = how ~= '0', ARGV[5] ~= '0'
 local ttl, chanbase, md = tonumber(ARGV[6]), ARGV[7], ARGV[8] or ''

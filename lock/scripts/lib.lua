@@ -1,7 +1,6 @@
--- lib.lua: what the lock's scripts share beyond core.lua. The lock
--- prepends core.lua, then a script's fast path if it has one, then lib.lua
--- to each of them (a Redis script cannot include another); core.lua
--- describes the keys.
+-- lib.lua: what the lock's scripts share beyond core.lua and
+-- contended.lua, which come before it (core.lua says in which order, and
+-- describes the keys).
 
 -- kindof returns the kind of lock a spec asks for: 'm' mutex, 's'
 -- semaphore, 'rw' read-write lock.

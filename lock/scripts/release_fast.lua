@@ -1,20 +1,17 @@
--- release_fast.lua: release.lua's common cases, a plain mutex released to
--- nobody or handed to a plain waiter, as promote in lib.lua would. It runs
+-- release_fast.lua: release.lua's common contended case, a plain mutex
+-- handed to a plain waiter, as promote in lib.lua would (release_free.lua
+-- released the one nobody waits for). It runs
 -- before lib.lua (see core.lua), and leaves every other case to
 -- release.lua, which describes the arguments and the reply: it writes
 -- nothing before it knows it can finish.
 do
 	local tok, chanbase = ARGV[1], ARGV[3]
-	local v = redis.pcall('get', K)
-	if ARGV[2] ~= '0' and type(v) == 'string' then
+	local v = held -- read by release_free.lua, with first
+	if type(v) == 'string' then
 		if string.sub(v, 1, #tok + 1) ~= tok .. ' ' then
 			return 0
 		end
-		local first = redis.call('lrange', Q, 0, 7)
-		if #first == 0 then
-			redis.call('del', K)
-			return 1
-		end
+		-- release_free.lua found waiters: first is the head of the line
 		local t = now()
 		local streak = string.match(v, '^%S+ %d+ (%d+)$') -- a local: gopher-lua's match returns nothing
 		streak = tonumber(streak) or 0

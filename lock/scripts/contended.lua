@@ -1,0 +1,76 @@
+-- contended.lua: the functions of the common contended case, a plain mutex
+-- handed to its waiters (see core.lua, which comes before, and the fast
+-- paths that come after: acquire_fast.lua, release_fast.lua). The
+-- uncontended cases (acquire_free.lua, release_free.lua) run before it and
+-- do not pay for defining them.
+
+-- hold sets K to the plain hold tok for lease ms, with the next fencing
+-- token, or the first of the next n (streak: see promote in lib.lua), and
+-- returns the token and its string.
+local function hold(tok, lease, streak, n)
+	local token = fence(n)
+	local s = str(token)
+	local v = tok .. ' ' .. s
+	if streak and streak > 0 then
+		v = v .. ' ' .. streak
+	end
+	redis.call('set', K, v, 'px', lease)
+	return token, s
+end
+
+-- enqueue adds tok at the end of the waiters, or, if it waits already,
+-- refreshes its deadline: ttl ms from t.
+--
+-- The keys of the line outlive every deadline, and Q outlives W: a new Q,
+-- and both keys when W has less than ttl left, get twice ttl. So one PTTL
+-- (of W) is all most calls (one per contended acquisition) spend on it.
+local function enqueue(tok, t, ttl, lease, spec, md)
+	if redis.call('hset', W, tok, str(t + ttl) .. ' ' .. lease .. ' ' .. spec) == 1
+		and redis.call('rpush', Q, tok) == 1 then
+		redis.call('pexpire', Q, 2 * ttl)
+	end
+	if md ~= '' then
+		redis.call('hset', W, tok .. ' m', md)
+	end
+	if redis.call('pttl', W) < ttl then
+		redis.call('pexpire', W, 2 * ttl)
+		redis.call('pexpire', Q, 2 * ttl)
+	end
+end
+
+-- notify tells the client of waiter tok that it got the lock (or, with a
+-- token of '0', to try again). token is a string (see str).
+local function notify(chanbase, tok, token, slot)
+	local id = string.sub(tok, 1, string.find(tok, '.', 1, true) - 1)
+	redis.call('publish', chanbase .. id, tok .. ' ' .. token .. ' ' .. slot)
+end
+
+-- streakMax bounds how many times in a row a plain mutex goes to a waiter of
+-- the client that releases it, ahead of older waiters of other clients.
+local streakMax = 8
+
+-- waiterOf returns the first waiter of client id for a plain mutex, still
+-- there, among the first 64 of the line. It reads the first 8 before the
+-- others: the client's first waiter is usually among them (a line of 8
+-- clients' waiters, or of one client's), and every entry read costs.
+-- first, when given, holds the first 8 (see serve).
+local function waiterOf(id, t, first)
+	local pre = id .. '.'
+	local function find(toks)
+		for _, tok in ipairs(toks) do
+			if string.sub(tok, 1, #pre) == pre then
+				local e = redis.call('hget', W, tok)
+				local d, lease, spec = string.match(e or '', '^(%d+) (%d+) (.*)$')
+				if spec == 'p' and tonumber(d) > t then
+					return tok, lease, spec
+				end
+			end
+		end
+	end
+	first = first or redis.call('lrange', Q, 0, 7)
+	local h, lease, spec = find(first)
+	if h or #first < 8 then
+		return h, lease, spec
+	end
+	return find(redis.call('lrange', Q, 8, 63))
+end

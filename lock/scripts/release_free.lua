@@ -1,0 +1,16 @@
+-- release_free.lua: release.lua's uncontended case, a plain mutex released
+-- with nobody waiting: one GET, one LRANGE, one DEL. It runs right after
+-- core.lua, before contended.lua and lib.lua define their functions, and
+-- leaves every other case to release_fast.lua and release.lua (which
+-- describes the arguments and the reply), with what it read: held, K's
+-- value (or false for Redlock, whose releases it does not take), and
+-- first, the first 8 waiters when K is this hold's plain mutex.
+local held = ARGV[2] ~= '0' and redis.pcall('get', K)
+local first
+if type(held) == 'string' and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then
+	first = redis.call('lrange', Q, 0, 7)
+	if #first == 0 then
+		redis.call('del', K)
+		return 1
+	end
+end
