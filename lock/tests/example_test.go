@@ -208,8 +208,8 @@ return redis.call('decr', KEYS[1])`)
 	keys := []string{examplePrefix + "qty:{7}", examplePrefix + "qty:{7}:fence"}
 	rdb.Set(ctx, keys[0], 10, time.Minute)
 
-	old, _ := locks.TryLock(ctx, "stock:7", lock.WithTTL(100*time.Millisecond))
-	time.Sleep(150 * time.Millisecond) // old's lease runs out
+	old, _ := locks.TryLock(ctx, "stock:7", lock.WithTTL(500*time.Millisecond))
+	time.Sleep(600 * time.Millisecond) // old's lease runs out
 	cur, _ := locks.TryLock(ctx, "stock:7")
 	fmt.Println(decr.Run(ctx, rdb, keys, cur.Token()).Val())
 	fmt.Println(decr.Run(ctx, rdb, keys, old.Token()).Err())

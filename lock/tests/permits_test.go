@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,6 +92,7 @@ func checkHeld(ctx context.Context, rdb *redis.Client, prefix, name string, l *l
 	valid := l.ValidUntil()
 	before := time.Now()
 	holds, err := redisHolds(ctx, rdb, prefix, name)
+	after := time.Now() // Redis read the lease between before and after
 	if err != nil {
 		return err.Error()
 	}
@@ -114,7 +116,7 @@ func checkHeld(ctx context.Context, rdb *redis.Client, prefix, name string, l *l
 		return fmt.Sprintf("valid for %v more, token %d, slots %v: Redis does not hold it (%+v)", valid.Sub(before), l.Token(), l.Slots(), holds)
 	case !slices.Equal(mine.slots, l.Slots()):
 		return fmt.Sprintf("token %d: slots %v, Redis holds %v", l.Token(), l.Slots(), mine.slots)
-	case before.Add(mine.left + time.Millisecond).Before(valid):
+	case after.Add(mine.left + time.Millisecond).Before(valid):
 		return fmt.Sprintf("valid for %v more, Redis holds it for %v", valid.Sub(before), mine.left)
 	}
 	return ""
@@ -784,8 +786,13 @@ func TestPermitsUnderPauses(t *testing.T) {
 							continue
 						}
 						// nil, or ErrNotHeld: a hold that a frozen client (this
-						// one's) or a stalled machine let expire
-						if err := l.Unlock(ctx); err != nil && !errors.Is(err, lock.ErrNotHeld) {
+						// one's) or a stalled machine let expire; or a release
+						// whose answer a stalled machine did not read in time
+						// (the client's timeout): then the lease ends the hold,
+						// and the sampler sees to it that nothing breaks meanwhile
+						var ne net.Error
+						if err := l.Unlock(ctx); err != nil && !errors.Is(err, lock.ErrNotHeld) &&
+							!(errors.As(err, &ne) && ne.Timeout()) {
 							t.Error(err)
 						}
 					}
