@@ -102,7 +102,13 @@ func TestDeadShard(t *testing.T) {
 		return r.OrderID
 	}
 	first := grab(live[0], 1)
-	testenv.WaitFor(t, "a first order written", func() bool { return s.written(t, first) })
+	// Acknowledged, the first batch is past its "committed" stage: the
+	// next batch to reach it is the victim's. (Written only, it may not be
+	// yet: the database commit comes first.)
+	testenv.WaitFor(t, "a first order written and acknowledged", func() bool {
+		p, err := s.api.Client().XPending(ctx, s.api.Keys(live[0].ID).Orders, stock.Group).Result()
+		return s.written(t, first) && err == nil && p.Count == 0
+	})
 
 	arm.Store(true)
 	held := grab(dead[0], 2)
