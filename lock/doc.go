@@ -164,10 +164,22 @@
 // # Clients
 //
 // The package depends on the small Redis interface only. The module
-// lock/goredis adapts go-redis v9 (standalone, Sentinel failover, Cluster);
-// lock/rueidislock adapts rueidis, whose pipelining makes it the fastest.
+// lock/goredis adapts go-redis v9 (standalone, Sentinel failover, Cluster),
+// sending the calls of concurrent goroutines together in one pipeline on a
+// single server's client; lock/rueidislock adapts rueidis, which pipelines
+// by itself.
 // Scripts are sent by SHA1, and by source once after a NOSCRIPT error (a
 // restart, a failover, a new Cluster node). They also run on miniredis.
+//
+// # More primitives
+//
+// Client.Do takes a mutex, runs a function under the hold's context and
+// releases it; its error matches ErrLost when the hold was lost meanwhile.
+// Client.MultiLock takes several mutexes all or none, in the order of their
+// keys, so that multi-locks over overlapping sets never deadlock; its hold
+// has one context, a token per name and the earliest validity.
+// Client.Latch is a countdown latch whose awaiters are woken by the
+// CountDown that opens it, without polling.
 //
 // # Inspection
 //
