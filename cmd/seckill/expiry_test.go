@@ -276,11 +276,16 @@ func expiryRace(t *testing.T, dbURL string) {
 	if paid == 0 || late == 0 {
 		t.Errorf("%d paid, %d late: the buyers did not race the deadline", paid, late)
 	}
-	// The leader that took over led. A write of its was refused only if it
-	// lost the lead in turn (on a loaded machine its renewals can be late
-	// too) and the resumed one led again, with a newer token.
-	if expired[other] == 0 || (fenced[other] != 0 && expired[leader] == 0) {
-		t.Errorf("the leader that took over expired %v orders and had %v writes refused, the resumed one expired %v; want some, and none refused unless the resumed one led again",
+	// The leader that took over led. A write of its may have been refused:
+	// on a loaded machine its own renewals can be late too, and then it
+	// loses the lead and wins it again (or the resumed one does) with a
+	// newer token, under which a write is made while one of the old token
+	// is on its way. That refusal is the fence at work; what it protects is
+	// checked below (no unit returned twice or for a paid order, nothing
+	// written by the stopped leader after its stop) and above (no order
+	// expired before its deadline).
+	if expired[other] == 0 {
+		t.Errorf("the leader that took over expired %v orders (had %v writes refused; the resumed one expired %v): want some",
 			expired[other], fenced[other], expired[leader])
 	}
 
