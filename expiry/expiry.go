@@ -164,6 +164,18 @@ func (j *Job) lead(ctx context.Context, l *lock.Lock) error {
 			return context.Cause(l.Context())
 		case <-timer.C:
 		}
+		// A leader paused past its lease (a GC, a stopped VM) finds, once
+		// it resumes, both its timer and the loss ready; the select above
+		// may pick the timer, and the lease timer may not have fired yet.
+		// The validity decides: no round starts under a lease that may
+		// have run out. (A pause within a round is the fence's to catch:
+		// its writes are refused once the next leader has written.)
+		if !time.Now().Before(l.ValidUntil()) {
+			if cause := context.Cause(l.Context()); cause != nil {
+				return cause
+			}
+			return fmt.Errorf("%w: the lease ran out between two rounds", lock.ErrLost)
+		}
 		wait, err := j.round(ctx, fence)
 		switch {
 		case errors.Is(err, seckill.ErrFenced):
