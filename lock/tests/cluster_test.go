@@ -23,28 +23,7 @@ import (
 // bring their own hash tag. A script touching keys of two slots would fail
 // with CROSSSLOT.
 func TestCluster(t *testing.T) {
-	nodes := testenv.StartCluster(t, 3)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.Addr)
-	}
-	dials := map[string]func() lock.Redis{
-		"goredis": func() lock.Redis {
-			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-			t.Cleanup(func() { c.Close() })
-			return goredis.New(c)
-		},
-		"rueidis": func() lock.Redis {
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(c.Close)
-			return rueidislock.New(c)
-		},
-	}
-	raw := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { raw.Close() })
+	dials, raw := startCluster(t)
 	for name, dial := range dials {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -138,4 +117,33 @@ func TestCluster(t *testing.T) {
 			w.Unlock(ctx)
 		})
 	}
+}
+
+// startCluster starts a 3-master Redis Cluster for the test and returns a
+// dial per adapter (each call a new client, closed at the end of the test)
+// and a plain client for looking at the keys.
+func startCluster(t *testing.T) (map[string]func() lock.Redis, *redis.ClusterClient) {
+	nodes := testenv.StartCluster(t, 3)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	dials := map[string]func() lock.Redis{
+		"goredis": func() lock.Redis {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+			t.Cleanup(func() { c.Close() })
+			return goredis.New(c)
+		},
+		"rueidis": func() lock.Redis {
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			return rueidislock.New(c)
+		},
+	}
+	raw := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { raw.Close() })
+	return dials, raw
 }

@@ -6,13 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
-
 	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/lock"
-	"github.com/seckilldev/seckill/lock/goredis"
-	"github.com/seckilldev/seckill/lock/rueidislock"
 )
 
 // TestMultiLatchCluster runs a multi-lock over names on every master of a
@@ -21,28 +16,7 @@ import (
 // Lock served once the first lets go, and a latch whose awaiter, on one
 // client, is woken through cluster pub/sub by another's CountDown.
 func TestMultiLatchCluster(t *testing.T) {
-	nodes := testenv.StartCluster(t, 3)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.Addr)
-	}
-	dials := map[string]func() lock.Redis{
-		"goredis": func() lock.Redis {
-			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-			t.Cleanup(func() { c.Close() })
-			return goredis.New(c)
-		},
-		"rueidis": func() lock.Redis {
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(c.Close)
-			return rueidislock.New(c)
-		},
-	}
-	raw := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { raw.Close() })
+	dials, raw := startCluster(t)
 	for name, dial := range dials {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

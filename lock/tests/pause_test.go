@@ -145,38 +145,9 @@ func (pc pausedCase) run() (err error) {
 			return fmt.Errorf("taking the lock once the grant's lease ran out: %w", err)
 		}
 	}
-	p.resume()
-
-	// The waiter returns (and must hold the lock: it does not, the next
-	// holder does), or waits on, having asked Redis: once after the
-	// message (poll first); twice after resuming (both ready: the message
-	// then a poll, or a poll then the message then a poll).
-	var c checked
-	returned := false
-	polls := 1
-	if p.onResume {
-		polls = 2
-	} else if err := wait(p.delivered, "the waiter's next poll"); err != nil {
+	c, returned, err := resume(ctx, p, done, next, "the lock")
+	if err != nil {
 		return err
-	}
-	for ; polls > 0 && !returned; polls-- {
-		select {
-		case c = <-done:
-			returned = true
-		case <-p.polls:
-		case <-time.After(20 * time.Second):
-			return errors.New("the waiter neither returned nor polled")
-		}
-	}
-	if err := next.Unlock(ctx); err != nil {
-		return err
-	}
-	if !returned {
-		select {
-		case c = <-done:
-		case <-time.After(20 * time.Second):
-			return errors.New("the waiter did not get the lock once the next holder released it")
-		}
 	}
 	if c.err != nil {
 		return fmt.Errorf("the waiter: %w", c.err)
@@ -189,6 +160,51 @@ func (pc pausedCase) run() (err error) {
 		return errors.New(c.problem)
 	}
 	return nil
+}
+
+// resume resumes the paused waiter of a TestPausedWaiterGrant case, next
+// holding what the waiter's grant gave (what names it), and returns what
+// the waiter's call sent on done, and whether it returned while next held
+// it. The waiter returns, or waits on, having asked Redis: once after the
+// message (poll first); twice after resuming (both ready: the message then
+// a poll, or a poll then the message then a poll). Then next is released,
+// and a waiter still waiting must get it.
+func resume[T any](ctx context.Context, p *pauser, done <-chan T, next *lock.Lock, what string) (T, bool, error) {
+	var zero, v T
+	p.resume()
+	returned := false
+	polls := 1
+	if !p.onResume {
+		select {
+		case <-p.delivered:
+		case v := <-done:
+			return zero, false, fmt.Errorf("the waiter returned before its next poll: %+v", v)
+		case <-time.After(20 * time.Second):
+			return zero, false, errors.New("timed out waiting for the waiter's next poll")
+		}
+	} else {
+		polls = 2
+	}
+	for ; polls > 0 && !returned; polls-- {
+		select {
+		case v = <-done:
+			returned = true
+		case <-p.polls:
+		case <-time.After(20 * time.Second):
+			return zero, false, errors.New("the waiter neither returned nor polled")
+		}
+	}
+	if err := next.Unlock(ctx); err != nil {
+		return zero, false, err
+	}
+	if !returned {
+		select {
+		case v = <-done:
+		case <-time.After(20 * time.Second):
+			return zero, false, fmt.Errorf("the waiter did not get %s once the next holder released it", what)
+		}
+	}
+	return v, returned, nil
 }
 
 // TestGrantAfterPoll: a grant made after the waiter's last poll is

@@ -463,33 +463,9 @@ func pausedN(rdb *redis.Client, prefix, name, leaseKind string, others, waiter *
 			return fmt.Errorf("taking the 2 permits once the grant's lease ran out: %w", err)
 		}
 	}
-	p.resume()
-	var o outcome
-	returned := false
-	polls := 1
-	if p.onResume {
-		polls = 2
-	} else if err := wait(p.delivered, "the waiter's next poll"); err != nil {
+	o, returned, err := resume(ctx, p, done, next, "the permits")
+	if err != nil {
 		return err
-	}
-	for ; polls > 0 && !returned; polls-- {
-		select {
-		case o = <-done:
-			returned = true
-		case <-p.polls:
-		case <-time.After(20 * time.Second):
-			return errors.New("the waiter neither returned nor polled")
-		}
-	}
-	if err := next.Unlock(ctx); err != nil {
-		return err
-	}
-	if !returned {
-		select {
-		case o = <-done:
-		case <-time.After(20 * time.Second):
-			return errors.New("the waiter did not get the permits once the next holder released them")
-		}
 	}
 	if o.err != nil {
 		return fmt.Errorf("the waiter: %w", o.err)
