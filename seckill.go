@@ -31,7 +31,8 @@ const MaxStock = 100_000_000
 // Redis issues the local part inside the grab script, per activity and
 // atomically: local = max(last + 1, (now - StartsAt in ms) << 3). More than
 // eight orders in a millisecond borrow from the next millisecond instead of
-// repeating, so locals only grow. Redis stores and returns only the local
+// repeating, so locals only grow. An activity of several Buckets issues
+// them per bucket, bucket b those that are b modulo Buckets. Redis stores and returns only the local
 // part (below 2^39, exact in a Lua double); Go composes the full id.
 const (
 	// OrderLocalBits is the width of an order id's local part.
@@ -82,7 +83,19 @@ type Activity struct {
 	PayWithin time.Duration `json:"-"`
 	// Rebuy lets a buyer whose order was cancelled or expired grab again.
 	Rebuy bool `json:"-"`
+	// Buckets splits the stock in Redis into that many buckets, each under
+	// a hash tag of its own, so that one sale can use the cores of several
+	// Redis Cluster masters (see package stock). Each user has one home
+	// bucket. 0 means 1: the whole stock under one key.
+	Buckets int `json:"-"`
 }
+
+// MaxBuckets bounds Activity.Buckets.
+const MaxBuckets = 256
+
+// BucketCount returns the number of buckets a's stock is split into: 1
+// when Buckets is 0.
+func (a *Activity) BucketCount() int { return max(1, a.Buckets) }
 
 // Validate reports the first field that makes a an invalid new activity.
 func (a *Activity) Validate() error {
@@ -111,6 +124,8 @@ func (a *Activity) Validate() error {
 		return Errorf(EINVALID, "the payment window must lie between 0 and 7 days")
 	case a.PayWithin%time.Second != 0:
 		return Errorf(EINVALID, "the payment window must be whole seconds")
+	case a.Buckets < 0 || a.Buckets > MaxBuckets:
+		return Errorf(EINVALID, "buckets must lie between 1 and %d", MaxBuckets)
 	}
 	return nil
 }
@@ -235,6 +250,7 @@ type Return struct {
 	UserID     int64
 	Status     OrderStatus // OrderCancelled or OrderExpired
 	Rebuy      bool        // the activity's Rebuy: whether the buyer's mark goes too
+	Buckets    int         // the activity's Buckets: where in Redis the unit goes
 	ReturnedAt time.Time
 }
 

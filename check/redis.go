@@ -26,36 +26,68 @@ type redisState struct {
 	undrained   map[int64]bool // (full) order ids whose stream entry is not acknowledged
 }
 
+// readRedis reads every bucket of the activity (see stock.BucketKeys). The
+// units of transfers between buckets still in flight (a sender's journal)
+// count as remaining: they are in neither bucket's stock.
 func readRedis(ctx context.Context, rdb redis.UniversalClient, prefix string, id int64) (*redisState, error) {
-	keys := stock.KeysFor(prefix, id)
-	rs := &redisState{undrained: map[int64]bool{}}
-	v, err := rdb.Get(ctx, keys.Stock).Int64()
-	switch {
-	case errors.Is(err, redis.Nil):
-	case err != nil:
-		return nil, fmt.Errorf("check: read %s: %w", keys.Stock, err)
-	default:
-		rs.remaining, rs.stockKnown = v, true
-	}
-
-	ss, err := StreamStatus(ctx, rdb, prefix, id)
+	buckets, err := BucketsOf(ctx, rdb, prefix, id)
 	if err != nil {
 		return nil, err
 	}
-	rs.groupExists = ss.GroupExists
-	pel := map[string]bool{}
-	if ss.Pending > 0 {
-		if pel, err = pendingIDs(ctx, rdb, keys.Orders); err != nil {
+	rs := &redisState{undrained: map[int64]bool{}, stockKnown: true, groupExists: true}
+	for b := range buckets {
+		keys := stock.BucketKeys(prefix, id, buckets, b)
+		v, err := rdb.Get(ctx, keys.Stock).Int64()
+		switch {
+		case errors.Is(err, redis.Nil):
+			rs.stockKnown = false
+		case err != nil:
+			return nil, fmt.Errorf("check: read %s: %w", keys.Stock, err)
+		default:
+			rs.remaining += v
+		}
+		if buckets > 1 {
+			flight, err := rdb.HVals(ctx, keys.Journal).Result()
+			if err != nil {
+				return nil, fmt.Errorf("check: read %s: %w", keys.Journal, err)
+			}
+			for _, f := range flight {
+				_, units, _ := strings.Cut(f, ":")
+				n, _ := strconv.ParseInt(units, 10, 64)
+				rs.remaining += n
+			}
+		}
+		ss, err := streamStatus(ctx, rdb, keys.Orders)
+		if err != nil {
+			return nil, err
+		}
+		rs.groupExists = rs.groupExists && ss.GroupExists
+		if err := rs.walk(ctx, rdb, id, keys.Orders, ss); err != nil {
 			return nil, err
 		}
 	}
-	// Walk the whole stream: an entry is undrained if it waits in the
-	// group's pending list or was never delivered.
+	if !rs.stockKnown {
+		rs.remaining = 0
+	}
+	return rs, nil
+}
+
+// walk reads a whole order stream whose status is ss: an entry is
+// undrained if it waits in the group's pending list or was never
+// delivered.
+func (rs *redisState) walk(ctx context.Context, rdb redis.UniversalClient, id int64, key string, ss Stream) error {
+	pel := map[string]bool{}
+	if ss.Pending > 0 {
+		var err error
+		if pel, err = pendingIDs(ctx, rdb, key); err != nil {
+			return err
+		}
+	}
 	start := "-"
 	for {
-		msgs, err := rdb.XRangeN(ctx, keys.Orders, start, "+", 1000).Result()
+		msgs, err := rdb.XRangeN(ctx, key, start, "+", 1000).Result()
 		if err != nil {
-			return nil, fmt.Errorf("check: read stream %s: %w", keys.Orders, err)
+			return fmt.Errorf("check: read stream %s: %w", key, err)
 		}
 		for _, m := range msgs {
 			rs.entries++
@@ -66,11 +98,26 @@ func readRedis(ctx context.Context, rdb redis.UniversalClient, prefix string, id
 			}
 		}
 		if len(msgs) < 1000 {
-			break
+			return nil
 		}
 		start = "(" + msgs[len(msgs)-1].ID
 	}
-	return rs, nil
+}
+
+// BucketsOf returns the number of buckets of the activity: the marker
+// Redis holds for an activity of several (stock.Keys.Layout), else 1.
+func BucketsOf(ctx context.Context, rdb redis.UniversalClient, prefix string, id int64) (int, error) {
+	key := stock.KeysFor(prefix, id).Layout
+	n, err := rdb.Get(ctx, key).Int()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 1, nil
+	case err != nil:
+		return 0, fmt.Errorf("check: read %s: %w", key, err)
+	case n < 1 || n > seckill.MaxBuckets:
+		return 0, fmt.Errorf("check: %s holds %d buckets", key, n)
+	}
+	return n, nil
 }
 
 // pendingIDs lists the ids in the consumer group's pending entries list.
@@ -94,7 +141,8 @@ func pendingIDs(ctx context.Context, rdb redis.UniversalClient, stream string) (
 	}
 }
 
-// Stream describes an activity's order stream and its consumer group.
+// Stream describes an activity's order stream and its consumer group (of
+// an activity of several buckets: its streams, summed).
 type Stream struct {
 	// Length is the number of entries in the stream.
 	Length int64
@@ -106,7 +154,8 @@ type Stream struct {
 	// Undelivered reports whether entries were added after the last one
 	// delivered to the group.
 	Undelivered bool
-	// LastDeliveredID is the group's last delivered entry id.
+	// LastDeliveredID is the group's last delivered entry id ("" with
+	// several buckets).
 	LastDeliveredID string
 }
 
@@ -123,10 +172,33 @@ func (s Stream) String() string {
 	return fmt.Sprintf("%d entries, %d pending, undelivered %t", s.Length, s.Pending, s.Undelivered)
 }
 
-// StreamStatus reads the state of an activity's order stream in a few
-// commands, without walking it.
+// StreamStatus reads the state of an activity's order streams (one per
+// bucket) in a few commands each, without walking them.
 func StreamStatus(ctx context.Context, rdb redis.UniversalClient, prefix string, id int64) (Stream, error) {
-	key := stock.KeysFor(prefix, id).Orders
+	buckets, err := BucketsOf(ctx, rdb, prefix, id)
+	if err != nil {
+		return Stream{}, err
+	}
+	if buckets == 1 {
+		return streamStatus(ctx, rdb, stock.KeysFor(prefix, id).Orders)
+	}
+	all := Stream{GroupExists: true}
+	for b := range buckets {
+		s, err := streamStatus(ctx, rdb, stock.BucketKeys(prefix, id, buckets, b).Orders)
+		if err != nil {
+			return all, err
+		}
+		all.Length += s.Length
+		all.Pending += s.Pending
+		all.Undelivered = all.Undelivered || s.Undelivered
+		// A bucket without a stream has had no grab: nothing to drain.
+		all.GroupExists = all.GroupExists && (s.GroupExists || s.Length == 0)
+	}
+	return all, nil
+}
+
+// streamStatus is StreamStatus of the stream at key.
+func streamStatus(ctx context.Context, rdb redis.UniversalClient, key string) (Stream, error) {
 	var s Stream
 	n, err := rdb.XLen(ctx, key).Result()
 	if err != nil {

@@ -105,6 +105,10 @@ type Config struct {
 	// Items is the number of goods the stock is split over; user u wants
 	// item u mod Items. Default 4.
 	Items int
+	// Buckets is the number of buckets each item of the lua strategy (the
+	// service's grab path) splits its stock into in Redis (see
+	// seckill.Activity.Buckets). Default 1; the other strategies ignore it.
+	Buckets int
 	// Users is the size of the crowd. Default 5000.
 	Users int
 	// Concurrency is the number of connections of the crowd. Default 64.

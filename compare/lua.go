@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/check"
 	"github.com/seckilldev/seckill/stock"
@@ -55,7 +57,8 @@ func (s *Sale) prepareLua(ctx context.Context, units []int64) error {
 			Stock:    n,
 			StartsAt: now.Add(-time.Minute),
 			// ends soon after the run, so that no service keeps it live
-			EndsAt: now.Add(b.cfg.Duration + b.cfg.Drain + 5*time.Minute),
+			EndsAt:  now.Add(b.cfg.Duration + b.cfg.Drain + 5*time.Minute),
+			Buckets: b.cfg.Buckets,
 		}
 		if err := st.CreateActivity(ctx, &a); err != nil {
 			return fmt.Errorf("compare: create activity: %w", err)
@@ -63,8 +66,7 @@ func (s *Sale) prepareLua(ctx context.Context, units []int64) error {
 		if _, err := l.engine.Load(ctx, a, nil); err != nil {
 			return err
 		}
-		k := l.engine.Keys(a.ID)
-		s.items = append(s.items, item{id: a.ID, stock: n, keyStock: k.Stock, keyBuyers: k.Buyers, keyOrders: k.Orders})
+		s.items = append(s.items, item{id: a.ID, stock: n, act: a})
 		acts = append(acts, a)
 	}
 	w := worker.New(itemsOnly{st, acts}, l.engine,
@@ -89,7 +91,7 @@ func (l *luaSale) close() error {
 }
 
 func (s *Sale) grabLua(ctx context.Context, it *item, uid int64) (reply, error) {
-	res, err := s.lua.engine.Grab(ctx, it.id, uid)
+	res, err := s.lua.engine.Grab(ctx, it.act, uid)
 	switch {
 	case errors.Is(err, stock.ErrSoldOut):
 		return reply{}, errSoldOut
@@ -129,9 +131,13 @@ func (s *Sale) countLua(ctx context.Context, t *Tally) error {
 		if err != nil {
 			return fmt.Errorf("compare: count orders of activity %d: %w", it.id, err)
 		}
-		entries, err := b.rdb.XRange(ctx, it.keyOrders, "-", "+").Result()
-		if err != nil {
-			return fmt.Errorf("compare: read the order stream of activity %d: %w", it.id, err)
+		var entries []redis.XMessage
+		for _, k := range l.engine.Keys(it.act) { // one stream per bucket
+			msgs, err := b.rdb.XRange(ctx, k.Orders, "-", "+").Result()
+			if err != nil {
+				return fmt.Errorf("compare: read the order stream of activity %d: %w", it.id, err)
+			}
+			entries = append(entries, msgs...)
 		}
 		perUser := map[string]int{}
 		var acc int64
@@ -144,7 +150,7 @@ func (s *Sale) countLua(ctx context.Context, t *Tally) error {
 				t.Duplicates++
 			}
 		}
-		left, err := l.engine.Remaining(ctx, it.id)
+		left, err := l.engine.Remaining(ctx, it.act)
 		if err != nil {
 			return fmt.Errorf("compare: read stock of activity %d: %w", it.id, err)
 		}

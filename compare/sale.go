@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"sync/atomic"
+
+	"github.com/seckilldev/seckill"
 )
 
 // Sale is one strategy's fresh sale: its items, with their stock, in the
@@ -33,9 +35,9 @@ type Sale struct {
 type item struct {
 	id        int64 // compare_stock.id, or the service's activity id (lua)
 	stock     int64
-	keyStock  string // remaining units in Redis
-	keyBuyers string // hash: user id -> order id
-	keyOrders string // lua only: the order stream
+	keyStock  string           // remaining units in Redis
+	keyBuyers string           // hash: user id -> order id
+	act       seckill.Activity // lua only: the service's activity
 }
 
 // reply is a successful grab: the new order, or the user's existing one.

@@ -67,6 +67,9 @@ type Activity struct {
 	// loaded yet, or retired after its end).
 	RedisRemaining *int64 `json:"redis_remaining"`
 	DBRemaining    int64  `json:"db_remaining"`
+	// Buckets is what is left in each bucket of an activity of several
+	// (seckill.Activity.Buckets), when Redis holds it.
+	Buckets []int64 `json:"buckets,omitempty"`
 	// Backlog counts the accepted orders not yet written to the database;
 	// Lag those not yet delivered to a worker, Pending those a worker
 	// holds (stock.StreamStats).
@@ -148,7 +151,7 @@ func (s *sampler) frame(ctx context.Context, viewers int) *Frame {
 	if len(ids) == 0 {
 		return f
 	}
-	seen, err := s.cfg.Observer.Observe(ctx, ids, s.cfg.Tick)
+	seen, err := s.cfg.Observer.Observe(ctx, s.acts, s.cfg.Tick)
 	if err != nil {
 		fail("read Redis", err)
 	}
@@ -190,6 +193,7 @@ func (a *Activity) observed(obs stock.Observation) {
 	if obs.Loaded {
 		n := obs.Remaining
 		a.RedisRemaining = &n
+		a.Buckets = obs.Buckets
 	}
 	if obs.Seq <= 0 || obs.Seq > seckill.MaxOrderLocal {
 		return // no order issued yet, or not loaded

@@ -92,7 +92,7 @@ func (e *env) buy(a seckill.Activity, n int) []seckill.Order {
 	reqs := make([]seckill.OrderRequest, n)
 	for i := range reqs {
 		uid := e.users.Add(1)
-		r, err := e.engine.Grab(ctx, a.ID, uid)
+		r, err := e.engine.Grab(ctx, a, uid)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func (e *env) accounted(a seckill.Activity) {
 		e.t.Fatal(err)
 	}
 	live := counts[seckill.OrderConfirmed] + counts[seckill.OrderPaid]
-	inRedis, err := e.engine.Remaining(ctx, a.ID)
+	inRedis, err := e.engine.Remaining(ctx, a)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -583,7 +583,7 @@ func TestRepair(t *testing.T) {
 		}
 		redisBefore := map[int64]int64{}
 		for _, a := range []seckill.Activity{kept, lapsed} {
-			if redisBefore[a.ID], err = e.engine.Remaining(ctx, a.ID); err != nil {
+			if redisBefore[a.ID], err = e.engine.Remaining(ctx, a); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -601,7 +601,7 @@ func TestRepair(t *testing.T) {
 			a    seckill.Activity
 			back int64
 		}{{kept, 1}, {lapsed, 2}} {
-			got, err := e.engine.Remaining(ctx, c.a.ID)
+			got, err := e.engine.Remaining(ctx, c.a)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -616,7 +616,7 @@ func TestRepair(t *testing.T) {
 			if o.ActivityID == lapsed.ID {
 				a = lapsed
 			}
-			_, marked, err := e.engine.PendingOrder(ctx, a.ID, o.ID, o.UserID, a.StartsAt)
+			_, marked, err := e.engine.PendingOrder(ctx, a, o.ID, o.UserID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -653,7 +653,7 @@ func TestRedisHalfDown(t *testing.T) {
 		down.Store(true)
 		j := e.start("j", expiry.Config{}, e.store, flaky{e.engine, &down, &refused}, nil)
 		a := e.sale(10, time.Second)
-		inRedis, err := e.engine.Remaining(context.Background(), a.ID)
+		inRedis, err := e.engine.Remaining(context.Background(), a)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -680,7 +680,7 @@ func TestRedisHalfDown(t *testing.T) {
 		if n := e.count(orders, seckill.OrderExpired); n != 4 {
 			t.Errorf("%d of 4 orders expired", n)
 		}
-		if got, err := e.engine.Remaining(context.Background(), a.ID); err != nil || got != inRedis {
+		if got, err := e.engine.Remaining(context.Background(), a); err != nil || got != inRedis {
 			t.Errorf("redis holds %d (%v), want %d as before the sale", got, err, inRedis)
 		}
 		e.accounted(a)

@@ -90,6 +90,8 @@ type env struct {
 type envOptions struct {
 	apis, workers int
 	stock         int64
+	// buckets splits the sale's stock in Redis (0: one bucket).
+	buckets int
 	// redis is a redis-server of the test's own; nil: the shared Redis.
 	redis *testenv.RedisServer
 	// redisURL, if set, is the Redis of the processes and the checker
@@ -177,7 +179,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.chk.Close() })
-	if e.activity, err = c.CreateActivity(ctx, t.Name(), o.stock, time.Hour); err != nil {
+	if e.activity, err = c.CreateActivity(ctx, t.Name(), o.stock, time.Hour, o.buckets); err != nil {
 		t.Fatal(err)
 	}
 	return e

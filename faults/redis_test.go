@@ -42,6 +42,16 @@ func TestRedisRestartedWithoutPersistence(t *testing.T) {
 	reportRedisLoss(t, out)
 }
 
+// TestBucketsRedisRestartedWithoutPersistence: the same on a sale of 16
+// buckets: the service rebuilds every bucket from the database, its buyers
+// in their home buckets, and Redis agrees with the database again (I5).
+func TestBucketsRedisRestartedWithoutPersistence(t *testing.T) {
+	rs := testenv.StartRedis(t)
+	e := newEnv(t, envOptions{apis: 2, workers: 2, stock: 800, redis: rs, buckets: 16})
+	out := e.run(e.crowd(1500, 2200, 300), redisCrash(t, e, rs))
+	reportRedisLoss(t, out)
+}
+
 // redisCrash stops the workers with SIGTERM once a quarter of the stock is
 // sold (each finishes and acknowledges its batch, then exits), so that a
 // backlog of accepted grabs builds up in Redis alone; kills Redis with

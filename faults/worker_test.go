@@ -48,8 +48,14 @@ func (e *env) inHand(ctx context.Context, w *cluster.Worker, timeout time.Durati
 // comes back once under a new consumer name (its batch must be claimed by
 // another worker after --claim-idle) and once under its old name (it must
 // resume its own pending entries). Nothing may be lost or doubled.
-func TestWorkerKilledMidBatch(t *testing.T) {
-	e := newEnv(t, envOptions{apis: 2, workers: 2, stock: 800})
+func TestWorkerKilledMidBatch(t *testing.T) { workerKilledMidBatch(t, 1) }
+
+// TestBucketsWorkerKilledMidBatch: the same on a sale of 16 buckets, whose
+// workers read 16 streams.
+func TestBucketsWorkerKilledMidBatch(t *testing.T) { workerKilledMidBatch(t, 16) }
+
+func workerKilledMidBatch(t *testing.T, buckets int) {
+	e := newEnv(t, envOptions{apis: 2, workers: 2, stock: 800, buckets: buckets})
 	var inHandAtDeath []int64
 	out := e.run(e.crowd(1500, 2200, 300), func(ctx context.Context, p *cluster.CrowdProgress) {
 		for k := 1; k <= 2; k++ {

@@ -206,6 +206,10 @@ type activityRequest struct {
 	// or expired buy again (default true).
 	PayWithinSeconds *int64 `json:"pay_within_seconds"`
 	Rebuy            *bool  `json:"rebuy"`
+	// Buckets splits the stock in Redis over that many buckets, for a
+	// sale that needs the cores of several Redis Cluster masters (default
+	// 1; see seckill.Activity.Buckets).
+	Buckets *int `json:"buckets"`
 }
 
 // defaultPayWithin is the payment window of a sale created without one.
@@ -216,10 +220,11 @@ type activityBody struct {
 	seckill.Activity
 	PayWithinSeconds int64 `json:"pay_within_seconds"`
 	Rebuy            bool  `json:"rebuy"`
+	Buckets          int   `json:"buckets"`
 }
 
 func newActivityBody(a seckill.Activity) activityBody {
-	return activityBody{Activity: a, PayWithinSeconds: int64(a.PayWithin / time.Second), Rebuy: a.Rebuy}
+	return activityBody{Activity: a, PayWithinSeconds: int64(a.PayWithin / time.Second), Rebuy: a.Rebuy, Buckets: a.BucketCount()}
 }
 
 func (s *Server) createActivity(w http.ResponseWriter, r *http.Request) {
@@ -247,6 +252,13 @@ func (s *Server) createActivity(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Rebuy != nil {
 		a.Rebuy = *req.Rebuy
+	}
+	if req.Buckets != nil {
+		if *req.Buckets < 1 {
+			writeError(w, seckill.Errorf(seckill.EINVALID, "buckets must lie between 1 and %d", seckill.MaxBuckets))
+			return
+		}
+		a.Buckets = *req.Buckets
 	}
 	if err := a.Validate(); err != nil {
 		writeError(w, err)

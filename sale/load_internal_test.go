@@ -70,10 +70,10 @@ func TestLoadCatchesUpReturns(t *testing.T) {
 		}
 	}}
 	s := New(race, engine, Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	if err := s.load(ctx, a.ID); err != nil {
+	if err := s.load(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := engine.Remaining(ctx, a.ID); err != nil || n != 3 {
+	if n, err := engine.Remaining(ctx, a); err != nil || n != 3 {
 		t.Errorf("redis remaining after the load: %d, %v; want 3 (both units back)", n, err)
 	}
 	for _, r := range []seckill.Return{
@@ -85,7 +85,7 @@ func TestLoadCatchesUpReturns(t *testing.T) {
 		}
 	}
 	for uid, old := range map[int64]int64{1: first, 2: second} {
-		g, err := engine.Grab(ctx, a.ID, uid)
+		g, err := engine.Grab(ctx, a, uid)
 		if err != nil || !g.New || g.OrderID == old {
 			t.Errorf("grab by user %d after the load: %+v, %v; want a new order", uid, g, err)
 		}

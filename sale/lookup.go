@@ -69,7 +69,7 @@ func (s *Service) Order(ctx context.Context, oid, uid int64) (seckill.Order, err
 		return seckill.Order{}, notFound
 	}
 	gen, unknownGen := s.known.generation(), s.unknown.generation()
-	h, err := s.engine.FindOrder(ctx, e.a.ID, oid, uid, e.a.StartsAt)
+	h, err := s.engine.FindOrder(ctx, e.a, oid, uid)
 	switch {
 	case err != nil:
 		// The database still answers for the orders it holds.
@@ -170,7 +170,7 @@ func (s *Service) orderEntry(ctx context.Context, id int64) (*entry, error) {
 	case id <= s.newest.id.Load():
 		return s.entry(ctx, id)
 	}
-	loaded, err := s.engine.Loaded(ctx, id)
+	loaded, err := s.engine.Present(ctx, id)
 	switch {
 	case err == nil && loaded:
 		return s.entry(ctx, id)
@@ -202,10 +202,11 @@ func (s *Service) lastOrder(ctx context.Context, e *entry, now time.Time) (int64
 }
 
 // possible reports whether grab.lua can have issued oid for a: its time
-// lies within the sale window, plus what borrowing can add (one
-// millisecond per 8 orders: a margin of Stock milliseconds covers 8 times
-// the stock in orders, failed ones given back included).
+// lies within the sale window, plus what borrowing ids can add (one
+// millisecond per 8 orders of a bucket, a bucket's ids being one in
+// Buckets: a margin of Stock x Buckets milliseconds covers 8 times the
+// stock in orders in one bucket, failed ones given back included).
 func possible(a seckill.Activity, oid int64) bool {
 	ms := seckill.OrderLocal(oid) >> seckill.OrderSeqBits
-	return ms <= a.EndsAt.Sub(a.StartsAt).Milliseconds()+a.Stock
+	return ms <= a.EndsAt.Sub(a.StartsAt).Milliseconds()+a.Stock*int64(a.BucketCount())
 }

@@ -27,9 +27,9 @@ func request(a seckill.Activity, oid, uid int64) seckill.OrderRequest {
 }
 
 // seqOf reads the last local id Redis issued for the activity.
-func (in *instance) seqOf(t *testing.T, id int64) int64 {
+func (in *instance) seqOf(t *testing.T, a seckill.Activity) int64 {
 	t.Helper()
-	n, err := in.engine.Client().HGet(context.Background(), in.engine.Keys(id).Meta, "seq").Int64()
+	n, err := in.engine.Client().HGet(context.Background(), in.engine.Keys(a)[0].Meta, "seq").Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestUnknownOrders(t *testing.T) {
 	confirmed := in.mustGrab(t, live.ID, 1).OrderID
 	pending := in.mustGrab(t, live.ID, 2).OrderID
 	s.write(t, request(live, confirmed, 1))
-	seq := in.seqOf(t, live.ID)
+	seq := in.seqOf(t, live)
 
 	// A sale that ended an hour ago, which Redis no longer holds (the
 	// worker retired it), with one order.
@@ -150,7 +150,7 @@ func TestPendingNeverUnknown(t *testing.T) {
 	// A burst borrowed ids from the next 100 s (see grab.lua): the next
 	// grab issues seq + 1, whatever the clock says.
 	seq := seckill.OrderLocal(first) + 8*100_000
-	if err := a.engine.Client().HSet(ctx, a.engine.Keys(act.ID).Meta, "seq", seq).Err(); err != nil {
+	if err := a.engine.Client().HSet(ctx, a.engine.Keys(act)[0].Meta, "seq", seq).Err(); err != nil {
 		t.Fatal(err)
 	}
 	want := seckill.OrderID(act.ID, seq+1)
@@ -194,7 +194,7 @@ func TestPendingNeverUnknown(t *testing.T) {
 	if _, err := s.store.FailOrders(ctx, []seckill.OrderRequest{request(act, doomed, 4)}, seckill.ReasonPoison); err != nil {
 		t.Fatal(err)
 	}
-	if done, err := a.engine.Compensate(ctx, act.ID, 4, doomed, 0); err != nil || !done {
+	if done, err := a.engine.Compensate(ctx, act, 4, doomed, 0); err != nil || !done {
 		t.Fatalf("compensate: %v %v", done, err)
 	}
 	if o, err := b.svc.Order(ctx, doomed, 4); err != nil || o.Status != seckill.OrderFailed {
@@ -243,7 +243,7 @@ func TestPendingNeverUnknownCrowd(t *testing.T) {
 					return
 				default:
 				}
-				seq, err := b.engine.Client().HGet(ctx, b.engine.Keys(act.ID).Meta, "seq").Int64()
+				seq, err := b.engine.Client().HGet(ctx, b.engine.Keys(act)[0].Meta, "seq").Int64()
 				if err != nil {
 					t.Error(err)
 					return

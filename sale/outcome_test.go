@@ -84,7 +84,7 @@ func TestResyncAfterFailure(t *testing.T) {
 	if _, err := s.store.ApplyOrders(ctx, []seckill.OrderRequest{{OrderID: g.OrderID, ActivityID: a.ID, UserID: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	k := engine.Keys(a.ID)
+	k := engine.Keys(a)[0]
 	mark, err := rdb.HGet(ctx, k.Buyers, "1").Result()
 	if err != nil {
 		t.Fatal(err)

@@ -62,7 +62,7 @@ func (s *Service) resync(e *entry) {
 		buyers, err := s.store.Buyers(ctx, e.a.ID)
 		var n int64
 		if err == nil {
-			n, err = s.engine.Reconcile(ctx, e.a.ID, buyers)
+			n, err = s.engine.Reconcile(ctx, e.a, buyers)
 		}
 		switch {
 		case err == nil, errors.Is(err, stock.ErrNotLoaded): // not loaded: the rebuild reads the database anyway

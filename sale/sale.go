@@ -165,7 +165,7 @@ func (s *Service) CreateActivity(ctx context.Context, a *seckill.Activity) error
 	delete(s.negative, a.ID)
 	s.mu.Unlock()
 	s.newest.saw(a.ID)
-	if err := s.load(ctx, a.ID); err != nil {
+	if err := s.load(ctx, *a); err != nil {
 		// The activity exists; the first grab will load it.
 		s.log.Warn("load new activity into redis", "activity", a.ID, "err", err)
 	}
@@ -180,7 +180,7 @@ func (s *Service) Activity(ctx context.Context, id int64) (seckill.Activity, err
 		return seckill.Activity{}, err
 	}
 	a := e.a
-	n, err := s.engine.Remaining(ctx, id)
+	n, err := s.engine.Remaining(ctx, a)
 	if err == nil {
 		a.Remaining = n
 		return a, nil
@@ -239,7 +239,7 @@ func (s *Service) Grab(ctx context.Context, id, uid int64) (g Grabbed, err error
 		return Grabbed{}, errUnavailable
 	}
 
-	res, err := s.engine.Grab(ctx, id, uid)
+	res, err := s.engine.Grab(ctx, e.a, uid)
 	switch {
 	case errors.Is(err, stock.ErrNotLoaded):
 		s.rebuild(e)
@@ -293,7 +293,7 @@ func (s *Service) soldOut(e *entry) {
 func (s *Service) snapshot(e *entry, gen uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	snap, err := s.engine.SoldOutSnapshot(ctx, e.a.ID, s.cfg.SnapshotLimit)
+	snap, err := s.engine.SoldOutSnapshot(ctx, e.a, s.cfg.SnapshotLimit)
 	now := time.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -442,7 +442,7 @@ func (s *Service) rebuild(e *entry) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := s.load(ctx, id); err != nil {
+		if err := s.load(ctx, e.a); err != nil {
 			s.log.Error("rebuild activity in redis", "activity", id, "err", err)
 		}
 		e.mu.Lock()
@@ -455,10 +455,11 @@ func (s *Service) rebuild(e *entry) {
 // load puts an activity into Redis from the database unless Redis holds it:
 // remaining stock, the buyers, and the receipts of returned units. One load per activity
 // at a time in this process, and across instances with Serialize.
-func (s *Service) load(ctx context.Context, id int64) error {
+func (s *Service) load(ctx context.Context, known seckill.Activity) error {
+	id := known.ID
 	_, err, _ := s.loads.Do(strconv.FormatInt(id, 10), func() (any, error) {
 		do := func(ctx context.Context) error {
-			if ok, err := s.engine.Loaded(ctx, id); err != nil || ok {
+			if ok, err := s.engine.Loaded(ctx, known); err != nil || ok {
 				return err
 			}
 			// Read after checking, under the lock: the snapshot is as fresh
@@ -498,12 +499,13 @@ func (s *Service) load(ctx context.Context, id int64) error {
 				if err != nil {
 					return err
 				}
-				r := seckill.Return{OrderID: oid, ActivityID: id, UserID: o.UserID, Status: o.Status, Rebuy: a.Rebuy, ReturnedAt: o.ClosedAt}
+				r := seckill.Return{OrderID: oid, ActivityID: id, UserID: o.UserID, Status: o.Status, Rebuy: a.Rebuy,
+					Buckets: a.Buckets, ReturnedAt: o.ClosedAt}
 				if _, err := s.engine.Return(ctx, r); err != nil {
 					return err
 				}
 			}
-			if n, err := s.engine.Reconcile(ctx, id, again.Buyers); err != nil {
+			if n, err := s.engine.Reconcile(ctx, a, again.Buyers); err != nil {
 				return err
 			} else if n > 0 {
 				s.log.Warn("orders committed during the load reconciled", "activity", id, "units", n)
@@ -526,7 +528,7 @@ func (s *Service) WarmUp(ctx context.Context) error {
 	}
 	var errs []error
 	for _, a := range acts {
-		if err := s.load(ctx, a.ID); err != nil {
+		if err := s.load(ctx, a); err != nil {
 			errs = append(errs, err)
 		}
 	}

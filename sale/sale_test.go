@@ -339,7 +339,7 @@ func TestSoldOutBuyerToldOrder(t *testing.T) {
 	if _, err := s.store.FailOrders(ctx, []seckill.OrderRequest{req}, seckill.ReasonPoison); err != nil {
 		t.Fatal(err)
 	}
-	if done, err := a.engine.Compensate(ctx, act.ID, 3, orders[3], 0); err != nil || !done {
+	if done, err := a.engine.Compensate(ctx, act, 3, orders[3], 0); err != nil || !done {
 		t.Fatalf("compensate: %v %v", done, err)
 	}
 	var again int64
@@ -418,7 +418,7 @@ func TestIDsContinueAfterRedisLoss(t *testing.T) {
 	if _, err := s.store.FailOrders(ctx, []seckill.OrderRequest{failed}, seckill.ReasonPoison); err != nil {
 		t.Fatal(err)
 	}
-	k := a.engine.Keys(act.ID)
+	k := a.engine.Keys(act)[0]
 	if err := a.engine.Client().Del(ctx, k.Meta, k.Stock, k.Buyers, k.Orders).Err(); err != nil {
 		t.Fatal(err)
 	}

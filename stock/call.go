@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seckilldev/seckill"
 )
 
 // noRetry is a command that go-redis must not send twice: a grab whose
@@ -17,22 +20,47 @@ type noRetry struct{ *redis.Cmd }
 
 func (noRetry) NoRetry() bool { return true }
 
-// grabArgs starts the arguments of a grab.lua call of the activity, before
-// the uids: EVALSHA sha 5 keys... wake id ack, with room for a batch. A
-// combiner goroutine boxes them once, not once per call.
-func (e *Engine) grabArgs(activityID int64) []any {
+// grabArgs starts the arguments of a grab.lua call of bucket b of the
+// activity's n (keys k), before the uids: EVALSHA sha 5 keys... wake
+// message, ack, n, b, with room for a batch. A combiner goroutine boxes
+// them once, not once per call.
+func (e *Engine) grabArgs(activityID int64, n, b int, k Keys) []any {
 	ack := "0"
 	if e.cfg.AckReplicas > 0 {
 		ack = "1"
 	}
-	k := e.Keys(activityID)
 	args := make([]any, 0, grabHead+e.cfg.MaxBatch)
 	return append(args, "evalsha", grabScript.Hash(), 5, k.Meta, k.Stock, k.Buyers, k.Orders, k.Awake,
-		e.WakeChannel(), strconv.FormatInt(activityID, 10), ack)
+		e.WakeChannel(), WakeMessage(activityID, n, b), ack, strconv.Itoa(n), strconv.Itoa(b))
 }
 
 // grabHead is the length of grabArgs' result.
-const grabHead = 11
+const grabHead = 13
+
+// WakeMessage is what grab.lua publishes on WakeChannel when it wakes the
+// workers for bucket b of an activity of n buckets: the activity id, and
+// "/<b>" if n > 1. ParseWake reads it.
+func WakeMessage(activityID int64, n, b int) string {
+	s := strconv.FormatInt(activityID, 10)
+	if n > 1 {
+		s += "/" + strconv.Itoa(b)
+	}
+	return s
+}
+
+// ParseWake returns the activity and bucket of a WakeMessage.
+func ParseWake(msg string) (activityID int64, b int, err error) {
+	id, bucket, several := strings.Cut(msg, "/")
+	if activityID, err = strconv.ParseInt(id, 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("stock: bad wake-up message %q", msg)
+	}
+	if several {
+		if b, err = strconv.Atoi(bucket); err != nil || b < 0 || b >= seckill.MaxBuckets {
+			return 0, 0, fmt.Errorf("stock: bad wake-up message %q", msg)
+		}
+	}
+	return activityID, b, nil
+}
 
 // callGrab runs grab.lua once with args (see grabArgs; the uids follow),
 // sending EVAL if the server does not hold the script. With AckReplicas it
@@ -62,18 +90,11 @@ func (e *Engine) sendGrab(ctx context.Context, args []any) (any, error, error) {
 	// master that ran it. A plain client's pipeline is one connection; a
 	// cluster client would split it by node, so the pipeline goes to the
 	// node that holds the activity's slot.
-	c, ok := e.rdb.(*redis.Client)
-	if !ok {
-		cc, ok := e.rdb.(*redis.ClusterClient)
-		if !ok {
-			return nil, nil, &grabError{outcome: ErrUnavailable, err: fmt.Errorf("AckReplicas needs a *redis.Client or *redis.ClusterClient, not %T", e.rdb)}
-		}
-		node, err := cc.MasterForKey(ctx, args[3].(string))
-		if err != nil {
-			// Nothing was sent.
-			return nil, nil, &grabError{outcome: ErrUnavailable, err: err, retry: true}
-		}
-		c = node
+	c, err := e.master(ctx, args[3].(string))
+	if err != nil {
+		// Nothing was sent.
+		_, isCluster := e.rdb.(*redis.ClusterClient)
+		return nil, nil, &grabError{outcome: ErrUnavailable, err: err, retry: isCluster}
 	}
 	pipe := c.Pipeline()
 	_ = pipe.Process(ctx, noRetry{cmd})
@@ -96,12 +117,12 @@ func (e *Engine) sendGrab(ctx context.Context, args []any) (any, error, error) {
 	return cmd.Val(), nil, nil
 }
 
-// barrier returns once AckReplicas replicas hold every write of the
-// activity made before it (a grab.lua call without uids rewrites meta, and
-// WAIT follows), or an error wrapping ErrOutcomeUnknown if they do not
-// confirm it in time.
-func (e *Engine) barrier(ctx context.Context, activityID int64) error {
-	_, unconfirmed, err := e.callGrab(ctx, e.grabArgs(activityID))
+// barrier returns once AckReplicas replicas hold every write of bucket b
+// of the activity made before it (a grab.lua call without uids rewrites
+// meta, and WAIT follows), or an error wrapping ErrOutcomeUnknown if they
+// do not confirm it in time.
+func (e *Engine) barrier(ctx context.Context, s *shards, b int) error {
+	_, unconfirmed, err := e.callGrab(ctx, e.grabArgs(s.id, len(s.keys), b, s.keys[b]))
 	switch {
 	case err != nil:
 		return classify(err)

@@ -19,7 +19,9 @@ import (
 type combiner struct {
 	e     *Engine
 	id    int64
-	keys  Keys
+	b     int     // the bucket
+	s     *shards // the activity's buckets
+	keys  Keys    // the bucket's
 	queue chan *grabReq
 
 	// users counts the grabs that took this combiner (under e.mu) and have
@@ -64,7 +66,7 @@ func (r *grabReq) wait() (Result, error) {
 
 func (c *combiner) run() {
 	batch := make([]*grabReq, 0, c.e.cfg.MaxBatch)
-	args := c.e.grabArgs(c.id)
+	args := c.e.grabArgs(c.id, len(c.s.keys), c.b, c.keys)
 	idle := time.NewTimer(c.e.cfg.CombinerIdle)
 	defer idle.Stop()
 	for {
@@ -90,6 +92,19 @@ func (c *combiner) run() {
 				break fill
 			}
 		}
+		args = c.serve(batch, args)
+		idle.Reset(c.e.cfg.CombinerIdle)
+	}
+}
+
+// serve sends one batch, in one script call (args: grabArgs', reused), and
+// answers its grabs. In an activity of several buckets, grabs that found
+// their bucket empty wait while the combiner borrows units from the other
+// buckets, and go again; only when borrow proves the whole sale sold out
+// are they told so. It returns args for the next batch.
+func (c *combiner) serve(batch []*grabReq, args []any) []any {
+	var short []*grabReq // the grabs the bucket had no unit for
+	for round := 0; ; round++ {
 		args = args[:grabHead]
 		for _, r := range batch {
 			args = append(args, strconv.FormatInt(r.uid, 10))
@@ -105,6 +120,7 @@ func (c *combiner) run() {
 		} else if unconfirmed != nil {
 			unconfirmed = ackedOutcome(unconfirmed)
 		}
+		short = short[:0]
 		for i, r := range batch {
 			switch {
 			case err != nil:
@@ -113,12 +129,30 @@ func (c *combiner) run() {
 				// The script gave this grab an order, new or held,
 				// that the replicas have not confirmed.
 				r.err = unconfirmed
+			case errs[i] == ErrSoldOut && len(c.s.keys) > 1 && round < borrowRounds:
+				short = append(short, r)
+				continue
+			case errs[i] == ErrSoldOut && len(c.s.keys) > 1:
+				c.e.borrows.unproven.Add(1) // the rounds ran out
+				r.res, r.err = res[i], errs[i]
 			default:
 				r.res, r.err = res[i], errs[i]
 			}
 			r.done <- struct{}{}
 		}
-		idle.Reset(c.e.cfg.CombinerIdle)
+		if len(short) == 0 {
+			return args
+		}
+		if err := c.e.borrow(context.Background(), c.s, c.b, len(short)); err != nil {
+			for _, r := range short {
+				r.res, r.err = Result{}, err
+				r.done <- struct{}{}
+			}
+			return args
+		}
+		// The answered grabs' requests are back in the pool: batch keeps
+		// only the short ones, in a slice of its own.
+		batch = append(make([]*grabReq, 0, len(short)), short...)
 	}
 }
 
@@ -137,7 +171,7 @@ func (c *combiner) retire() bool {
 	}
 	c.running--
 	if c.running == 0 {
-		delete(c.e.combiners, c.id)
+		delete(c.e.combiners, shard{c.id, c.b})
 	}
 	return true
 }

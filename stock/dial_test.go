@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/stock"
 )
@@ -33,8 +34,8 @@ func TestDialWrongPassword(t *testing.T) {
 	}
 	defer rdb.Close()
 	e := stock.New(rdb, stock.Config{Prefix: testenv.Prefix(t)})
-	ids := []int64{1, 2}
-	if _, err := stock.NewObserver(e).Observe(ctx, ids, time.Minute); err != nil {
+	as := []seckill.Activity{{ID: 1}, {ID: 2}}
+	if _, err := stock.NewObserver(e).Observe(ctx, as, time.Minute); err != nil {
 		t.Fatalf("before the rotation: %v", err)
 	}
 	if err := admin.ConfigSet(ctx, "requirepass", "new-password").Err(); err != nil {
@@ -56,9 +57,9 @@ func TestDialWrongPassword(t *testing.T) {
 	wrongpass("the pipeline", err)
 	wrongpass("GET in the pipeline", get.Err())
 	wrongpass("XLEN in the pipeline", xlen.Err())
-	_, err = e.StatsOf(ctx, ids)
+	_, err = e.StatsOf(ctx, as)
 	wrongpass("StatsOf", err)
-	_, err = stock.NewObserver(e).Observe(ctx, ids, time.Minute)
+	_, err = stock.NewObserver(e).Observe(ctx, as, time.Minute)
 	wrongpass("Observe", err)
 	if err != nil && strings.Contains(err.Error(), "ParseInt") {
 		t.Errorf("Observe: %v", err)

@@ -3,6 +3,7 @@ package stock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -60,7 +61,7 @@ func wantCode(t *testing.T, what string, err error, want string) {
 
 // buyerOn reads user uid's buyer mark from one node (a replica too: READONLY
 // lets a cluster replica answer for its master's slots).
-func buyerOn(t *testing.T, addr string, cluster bool, e *stock.Engine, activityID, uid int64) string {
+func buyerOn(t *testing.T, addr string, cluster bool, e *stock.Engine, a seckill.Activity, uid int64) string {
 	t.Helper()
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: addr})
@@ -72,7 +73,7 @@ func buyerOn(t *testing.T, addr string, cluster bool, e *stock.Engine, activityI
 			t.Fatalf("READONLY on %s: %v", addr, err)
 		}
 	}
-	v, err := conn.HGet(ctx, e.Keys(activityID).Buyers, strconv.FormatInt(uid, 10)).Result()
+	v, err := conn.HGet(ctx, e.Keys(a)[stock.Home(uid, a.BucketCount())].Buyers, strconv.FormatInt(uid, 10)).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		t.Fatalf("read buyer %d on %s: %v", uid, addr, err)
 	}
@@ -88,7 +89,7 @@ type ackCase struct {
 	engine           *stock.Engine
 	master, replica  *testenv.RedisServer
 	cluster          bool
-	activity         int64
+	activity         seckill.Activity
 	stopped, resumed func()
 }
 
@@ -155,22 +156,75 @@ func TestAckReplicas(t *testing.T) {
 	e := engineOn(t, redis.NewClient(&redis.Options{Addr: master.Addr}), stock.Config{AckReplicas: 1})
 	load(t, e, openActivity(1, 100), nil)
 	stop, resume := freeze(t, replica)
-	checkDurableYes(t, ackCase{engine: e, master: master, replica: replica, activity: 1, stopped: stop, resumed: resume})
+	checkDurableYes(t, ackCase{engine: e, master: master, replica: replica, activity: seckill.Activity{ID: 1}, stopped: stop, resumed: resume})
 
 	// A sold-out activity's buyer snapshot answers its buyers with their
 	// orders: it is refused while the replicas may lack some.
 	ctx := context.Background()
 	load(t, e, openActivity(2, 2), nil)
-	grab(t, e, 2, 1)
-	grab(t, e, 2, 2)
+	two := seckill.Activity{ID: 2}
+	grab(t, e, two, 1)
+	grab(t, e, two, 2)
 	stop, resume = freeze(t, replica)
 	stop()
-	_, err := e.SoldOutSnapshot(ctx, 2, 100)
+	_, err := e.SoldOutSnapshot(ctx, two, 100)
 	wantCode(t, "snapshot with the replica frozen", err, seckill.EOUTCOMEUNKNOWN)
 	resume()
-	snap, err := e.SoldOutSnapshot(ctx, 2, 100)
+	snap, err := e.SoldOutSnapshot(ctx, two, 100)
 	if err != nil || snap.Len() != 2 {
 		t.Fatalf("snapshot with the replica back: %v, %v", snap, err)
+	}
+}
+
+// TestAckReplicasBuckets: the same with the stock in buckets; and a unit
+// borrowed from another bucket is taken out of it only once the replica
+// holds the transfer: with the replica frozen, a grab that needs a borrow
+// is told unavailable (it took nothing), and once the replica is back the
+// transfer is completed and sold.
+func TestAckReplicasBuckets(t *testing.T) {
+	master, replica := testenv.StartReplicated(t)
+	e := engineOn(t, redis.NewClient(&redis.Options{Addr: master.Addr}), stock.Config{AckReplicas: 1})
+	a := bucketed(1, 100, 8)
+	load(t, e, a, nil)
+	stop, resume := freeze(t, replica)
+	checkDurableYes(t, ackCase{engine: e, master: master, replica: replica, activity: a, stopped: stop, resumed: resume})
+
+	ctx := context.Background()
+	b := bucketed(2, 4, 4)
+	load(t, e, b, nil)
+	var homed []int64 // users of bucket 0, which holds one unit
+	for uid := int64(1); len(homed) < 5; uid++ {
+		if stock.Home(uid, 4) == 0 {
+			homed = append(homed, uid)
+		}
+	}
+	grab(t, e, b, homed[0])
+	stop, resume = freeze(t, replica)
+	stop()
+	_, err := e.Grab(ctx, b, homed[1])
+	wantCode(t, "a grab that needs a borrow with the replica frozen", err, seckill.EUNAVAILABLE)
+	resume()
+	var res stock.Result
+	testenv.WaitFor(t, "the grab goes through once the replica is back", func() bool {
+		res, err = e.Grab(ctx, b, homed[1])
+		return err == nil
+	})
+	if !res.New {
+		t.Fatalf("grab after the replica came back: %+v, want a new order", res)
+	}
+	if got := buyerOn(t, replica.Addr, false, e, b, homed[1]); got != local(res.OrderID) {
+		t.Fatalf("replica holds the borrower's mark as %q right after the answer, want %q", got, local(res.OrderID))
+	}
+	for _, uid := range homed[2:4] {
+		if r := grab(t, e, b, uid); !r.New {
+			t.Fatalf("user %d: %+v, want a new order", uid, r)
+		}
+	}
+	if _, err := e.Grab(ctx, b, homed[4]); !errors.Is(err, stock.ErrSoldOut) {
+		t.Fatalf("fifth grab of 4 units: %v, want sold out", err)
+	}
+	if left, err := e.RemainingByBucket(ctx, b); err != nil || fmt.Sprint(left) != "[0 0 0 0]" {
+		t.Fatalf("after the sell-out: %v %v, want every bucket empty", left, err)
 	}
 }
 
@@ -182,7 +236,7 @@ func TestAckReplicasSentinel(t *testing.T) {
 	e := dialEngine(t, "redis+sentinel://"+sentinel.Addr+"/"+sentinel.MasterName, stock.Config{AckReplicas: 1})
 	load(t, e, openActivity(1, 100), nil)
 	stop, resume := freeze(t, replica)
-	checkDurableYes(t, ackCase{engine: e, master: master, replica: replica, activity: 1, stopped: stop, resumed: resume})
+	checkDurableYes(t, ackCase{engine: e, master: master, replica: replica, activity: seckill.Activity{ID: 1}, stopped: stop, resumed: resume})
 }
 
 // TestAckReplicasCluster: the same on Redis Cluster, where WAIT must go to
@@ -193,13 +247,13 @@ func TestAckReplicasCluster(t *testing.T) {
 	e := dialEngine(t, "redis+cluster://"+cl.Addr(), stock.Config{AckReplicas: 1})
 	const activity = 7
 	load(t, e, openActivity(activity, 100), nil)
-	master := cl.MasterOf(t, e.Keys(activity).Meta)
+	master := cl.MasterOf(t, e.Keys(seckill.Activity{ID: activity})[0].Meta)
 	replicas := cl.ReplicasOf(t, master)
 	if master == nil || len(replicas) != 1 {
 		t.Fatalf("activity %d: master %v with replicas %v, want one", activity, master, replicas)
 	}
 	stop, resume := freeze(t, replicas[0])
-	checkDurableYes(t, ackCase{engine: e, master: master, replica: replicas[0], cluster: true, activity: activity,
+	checkDurableYes(t, ackCase{engine: e, master: master, replica: replicas[0], cluster: true, activity: seckill.Activity{ID: activity},
 		stopped: stop, resumed: resume})
 }
 
@@ -217,7 +271,7 @@ func TestGrabOutcomes(t *testing.T) {
 		l.Close() // nothing listens: every dial is refused
 		e := engineOn(t, redis.NewClient(&redis.Options{Addr: addr}), stock.Config{RetryFor: 300 * time.Millisecond})
 		start := time.Now()
-		_, err = e.Grab(ctx, 1, 1)
+		_, err = e.Grab(ctx, seckill.Activity{ID: 1}, 1)
 		wantCode(t, "grab with redis down", err, seckill.EUNAVAILABLE)
 		t.Logf("answered unavailable after %s (retried for 300ms): %v", time.Since(start).Round(time.Millisecond), err)
 	})
@@ -228,12 +282,13 @@ func TestGrabOutcomes(t *testing.T) {
 		rdb.AddHook(countEvals{&sent})
 		e := engineOn(t, rdb, stock.Config{})
 		load(t, e, openActivity(1, 10), nil)
-		grab(t, e, 1, 1)
+		a := seckill.Activity{ID: 1}
+		grab(t, e, a, 1)
 		stop, resume := freeze(t, srv)
 		stop()
 		before := sent.Load()
 		start := time.Now()
-		_, err := e.Grab(ctx, 1, 2)
+		_, err := e.Grab(ctx, a, 2)
 		wantCode(t, "grab with redis frozen", err, seckill.EOUTCOMEUNKNOWN)
 		t.Logf("answered outcome_unknown after %s: %v", time.Since(start).Round(time.Millisecond), err)
 		if n := sent.Load() - before; n != 1 {
@@ -245,11 +300,11 @@ func TestGrabOutcomes(t *testing.T) {
 		// now). Either way the answer is an order.
 		var res stock.Result
 		testenv.WaitFor(t, "user 2's next grab answers", func() bool {
-			res, err = e.Grab(ctx, 1, 2)
+			res, err = e.Grab(ctx, a, 2)
 			return err == nil
 		})
 		t.Logf("user 2's next grab: new=%v (false: the frozen grab had run)", res.New)
-		if got := buyerOn(t, srv.Addr, false, e, 1, 2); got != local(res.OrderID) {
+		if got := buyerOn(t, srv.Addr, false, e, a, 2); got != local(res.OrderID) {
 			t.Fatalf("redis holds user 2's order as %q, the grab answered %d", got, res.OrderID)
 		}
 	})
@@ -279,8 +334,9 @@ func TestClusterFailover(t *testing.T) {
 	e := dialEngine(t, "redis+cluster://"+cl.Addr(), stock.Config{})
 	const activity = 3
 	load(t, e, openActivity(activity, 1_000_000), nil)
-	master := cl.MasterOf(t, e.Keys(activity).Meta)
-	failover(t, e, activity, master, func() string { return cl.WaitPromoted(t, e.Keys(activity).Meta, master).Addr })
+	a := seckill.Activity{ID: activity}
+	master := cl.MasterOf(t, e.Keys(a)[0].Meta)
+	failover(t, e, a, master, func() string { return cl.WaitPromoted(t, e.Keys(a)[0].Meta, master).Addr })
 }
 
 // TestSentinelFailover: through Sentinel, a sale answers again once the
@@ -290,13 +346,13 @@ func TestSentinelFailover(t *testing.T) {
 	sentinel := testenv.StartSentinel(t, master, 1)
 	e := dialEngine(t, "redis+sentinel://"+sentinel.Addr+"/"+sentinel.MasterName, stock.Config{})
 	load(t, e, openActivity(1, 1_000_000), nil)
-	failover(t, e, 1, master, func() string { return sentinel.WaitFailover(t, master) })
+	failover(t, e, seckill.Activity{ID: 1}, master, func() string { return sentinel.WaitFailover(t, master) })
 }
 
 // failover kills master under a crowd of 8 grabs at a time (each a new
 // user) of the activity, waits for promoted to name the new master, and
 // measures how long until the sale answers again; it fails t past 20s.
-func failover(t *testing.T, e *stock.Engine, activity int64, master *testenv.RedisServer, promoted func() string) {
+func failover(t *testing.T, e *stock.Engine, activity seckill.Activity, master *testenv.RedisServer, promoted func() string) {
 	t.Helper()
 	grab(t, e, activity, 1)
 	ctx, cancel := context.WithCancel(context.Background())

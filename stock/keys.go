@@ -17,14 +17,35 @@ type Keys struct {
 	// Returned is a set: the receipts of the units of cancelled and
 	// expired orders that Redis got back (see scripts/return.lua).
 	Returned string
+	// Journal and Credits belong to the buckets of an activity of more
+	// than one (see bucket.go). Journal is a hash: the transfers of units
+	// out of this bucket not yet known to be credited, <transfer id> ->
+	// "<to bucket>:<units>". Credits is a set: the ids of the transfers
+	// credited to this bucket.
+	Journal, Credits string
+	// Layout is a string under the activity's own tag {a<id>} (the keys of
+	// its one bucket, with one): the number of buckets of an activity of
+	// several, set before its buckets are loaded and deleted after they
+	// are retired. With Meta of the same tag it answers, in one command,
+	// whether Redis holds anything of an activity whose layout the asker
+	// does not know (Engine.Present).
+	Layout string
 }
 
-// KeysFor returns the keys of activity id under prefix ("" means DefaultPrefix).
+// KeysFor returns the keys of activity id under prefix ("" means
+// DefaultPrefix), an activity of one bucket: every key carries the hash tag
+// {a<id>}. BucketKeys names the keys of each bucket of an activity of more.
 func KeysFor(prefix string, id int64) Keys {
+	return keysUnder(prefix, "a"+strconv.FormatInt(id, 10))
+}
+
+// keysUnder returns the keys under prefix with hash tag tag.
+func keysUnder(prefix, tag string) Keys {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	base := prefix + ":{a" + strconv.FormatInt(id, 10) + "}:"
+	base := prefix + ":{" + tag + "}:"
 	return Keys{Meta: base + "meta", Stock: base + "stock", Buyers: base + "buyers", Orders: base + "orders", Debt: base + "debt",
-		Awake: base + "awake", Returned: base + "returned"}
+		Awake: base + "awake", Returned: base + "returned", Journal: base + "journal", Credits: base + "credits",
+		Layout: base + "layout"}
 }

@@ -36,7 +36,7 @@ func TestScriptsExactAt2p53(t *testing.T) {
 
 			const near = 1<<53 - 10 // 9007199254740982
 			n, err := loadScript.Run(ctx, rdb, []string{k.Meta, k.Stock, k.Orders, k.Returned, k.Returned + ":load:x"},
-				starts, ends, 10, 10, Group, strconv.FormatInt(near, 10)).Int()
+				starts, ends, 10, 10, Group, strconv.FormatInt(near, 10), 0, 0).Int()
 			if err != nil || n != 1 {
 				t.Fatalf("load: %v %v", n, err)
 			}
@@ -49,7 +49,7 @@ func TestScriptsExactAt2p53(t *testing.T) {
 			}
 
 			reply, err := grabScript.Run(ctx, rdb, []string{k.Meta, k.Stock, k.Buyers, k.Orders, k.Awake},
-				"wake", "1", "0", "101", "102", "103").Slice()
+				"wake", "1", "0", "1", "0", "101", "102", "103").Slice()
 			if err != nil {
 				t.Fatal(err)
 			}

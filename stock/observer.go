@@ -7,15 +7,20 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seckilldev/seckill"
 )
 
 // Observation is what Redis held of one activity when it was last read.
 type Observation struct {
 	At        time.Time
-	Loaded    bool  // the stock key exists
-	Remaining int64 // stock left in Redis, if Loaded
+	Loaded    bool  // the stock key exists (every bucket's)
+	Remaining int64 // stock left in Redis, if Loaded (in every bucket)
+	// Buckets is the stock left in each bucket of an activity of several,
+	// if Loaded (see seckill.Activity.Buckets); nil with one.
+	Buckets []int64
 	// Seq is the local id of the last order Redis issued (0: none, or not
-	// loaded; see seckill.OrderID).
+	// loaded; see seckill.OrderID), the highest of the buckets'.
 	Seq int64
 	// Stream holds the order stream's figures (zero: no stream).
 	Stream StreamStats
@@ -53,21 +58,21 @@ func NewObserver(e *Engine) *Observer {
 	return &Observer{engine: e, seen: map[int64]Observation{}}
 }
 
-// Observe returns what Redis holds of each activity of ids, read at most
+// Observe returns what Redis holds of each activity of as, read at most
 // maxAge ago. Activities not read before, or read longer ago, are read now
 // (in one batch, shared with a concurrent call that needs them too); the
 // others come from memory. Activities whose read failed are missing from
 // the map, and the error says why. Observations of activities not asked
 // for in a while are forgotten.
-func (o *Observer) Observe(ctx context.Context, ids []int64, maxAge time.Duration) (map[int64]Observation, error) {
-	out, stale := o.lookup(ids, maxAge, time.Now())
+func (o *Observer) Observe(ctx context.Context, as []seckill.Activity, maxAge time.Duration) (map[int64]Observation, error) {
+	out, stale := o.lookup(as, maxAge, time.Now())
 	if len(stale) == 0 {
 		return out, nil
 	}
 	o.refresh.Lock()
 	defer o.refresh.Unlock()
 	// Another call may have read them while this one waited.
-	out, stale = o.lookup(ids, maxAge, time.Now())
+	out, stale = o.lookup(as, maxAge, time.Now())
 	if len(stale) == 0 {
 		return out, nil
 	}
@@ -82,16 +87,16 @@ func (o *Observer) Observe(ctx context.Context, ids []int64, maxAge time.Duratio
 	return out, err
 }
 
-func (o *Observer) lookup(ids []int64, maxAge time.Duration, now time.Time) (map[int64]Observation, []int64) {
+func (o *Observer) lookup(as []seckill.Activity, maxAge time.Duration, now time.Time) (map[int64]Observation, []seckill.Activity) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := make(map[int64]Observation, len(ids))
-	var stale []int64
-	for _, id := range ids {
-		if obs, ok := o.seen[id]; ok && now.Sub(obs.At) < maxAge {
-			out[id] = obs
+	out := make(map[int64]Observation, len(as))
+	var stale []seckill.Activity
+	for _, a := range as {
+		if obs, ok := o.seen[a.ID]; ok && now.Sub(obs.At) < maxAge {
+			out[a.ID] = obs
 		} else {
-			stale = append(stale, id)
+			stale = append(stale, a)
 		}
 	}
 	return out, stale
@@ -111,38 +116,53 @@ func (o *Observer) forget(now time.Time) {
 }
 
 // read reads the activities' stock, last order and stream figures.
-func (o *Observer) read(ctx context.Context, ids []int64) (map[int64]Observation, error) {
+func (o *Observer) read(ctx context.Context, as []seckill.Activity) (map[int64]Observation, error) {
 	at := time.Now()
 	pipe := o.engine.rdb.Pipeline()
-	stocks := make([]*redis.StringCmd, len(ids))
-	seqs := make([]*redis.StringCmd, len(ids))
-	for i, id := range ids {
-		k := o.engine.Keys(id)
-		stocks[i] = pipe.Get(ctx, k.Stock)
-		seqs[i] = pipe.HGet(ctx, k.Meta, "seq")
+	stocks := make([][]*redis.StringCmd, len(as))
+	seqs := make([][]*redis.StringCmd, len(as))
+	for i := range as {
+		for _, k := range o.engine.layout(&as[i]).keys {
+			stocks[i] = append(stocks[i], pipe.Get(ctx, k.Stock))
+			seqs[i] = append(seqs[i], pipe.HGet(ctx, k.Meta, "seq"))
+		}
 	}
 	_, _ = pipe.Exec(ctx)
-	stats, statsErr := o.engine.StatsOf(ctx, ids)
-	out := make(map[int64]Observation, len(ids))
+	stats, statsErr := o.engine.StatsOf(ctx, as)
+	out := make(map[int64]Observation, len(as))
 	var errs []error
-	for i, id := range ids {
-		obs := Observation{At: at}
-		n, err := stocks[i].Int64()
-		switch {
-		case err == nil:
-			obs.Loaded, obs.Remaining = true, n
-		case !errors.Is(err, redis.Nil):
-			errs = append(errs, err)
-			continue
+next:
+	for i, a := range as {
+		obs := Observation{At: at, Loaded: true}
+		if len(stocks[i]) > 1 {
+			obs.Buckets = make([]int64, len(stocks[i]))
 		}
-		if seq, err := seqs[i].Int64(); err == nil && seq > 0 {
-			obs.Seq = seq
+		for b, c := range stocks[i] {
+			n, err := c.Int64()
+			switch {
+			case err == nil:
+				obs.Remaining += n
+				if obs.Buckets != nil {
+					obs.Buckets[b] = n
+				}
+			case errors.Is(err, redis.Nil):
+				obs.Loaded = false
+			default:
+				errs = append(errs, err)
+				continue next
+			}
+			if seq, err := seqs[i][b].Int64(); err == nil && seq > 0 {
+				obs.Seq = max(obs.Seq, seq)
+			}
+		}
+		if !obs.Loaded {
+			obs.Remaining, obs.Buckets = 0, nil
 		}
 		if statsErr != nil {
 			continue
 		}
-		obs.Stream = stats[id]
-		out[id] = obs
+		obs.Stream = stats[a.ID]
+		out[a.ID] = obs
 	}
 	if statsErr != nil {
 		errs = append(errs, statsErr)

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/stock"
 )
@@ -22,13 +23,15 @@ func TestObserverCost(t *testing.T) {
 	for _, n := range []int{1, 500} {
 		e, cmds := newEngineAt(t, testenv.RedisAddr(t), stock.Config{})
 		ids := make([]int64, n)
+		as := make([]seckill.Activity, n)
 		for i := range ids {
 			ids[i] = int64(i + 1)
-			load(t, e, openActivity(ids[i], 10), nil)
-			grab(t, e, ids[i], 7)
+			as[i] = openActivity(ids[i], 10)
+			load(t, e, as[i], nil)
+			grab(t, e, as[i], 7)
 		}
 		missing := int64(n + 1) // never loaded
-		ask := append(ids, missing)
+		ask := append(as, seckill.Activity{ID: missing})
 		ctx := context.Background()
 
 		o := stock.NewObserver(e)
@@ -80,8 +83,8 @@ func TestObserverCost(t *testing.T) {
 
 		// Past the age, the next view reads again and sees the change.
 		first := seen[ids[0]].Seq
-		grab(t, e, ids[0], 8)
-		seen, err = o.Observe(ctx, ids[:1], 0)
+		grab(t, e, as[0], 8)
+		seen, err = o.Observe(ctx, as[:1], 0)
 		if err != nil || seen[ids[0]].Remaining != 8 || seen[ids[0]].Seq <= first {
 			t.Errorf("after a second grab: %+v %v, want 8 left, a later order issued", seen[ids[0]], err)
 		}
@@ -93,16 +96,16 @@ func TestObserverCost(t *testing.T) {
 // costs the process once Redis is no longer asked.
 func BenchmarkScrape500(b *testing.B) {
 	e, _ := newEngineAt(b, testenv.RedisAddr(b), stock.Config{})
-	ids := make([]int64, 500)
-	for i := range ids {
-		ids[i] = int64(i + 1)
-		if ok, err := e.Load(context.Background(), openActivity(ids[i], 10), nil); err != nil || !ok {
+	as := make([]seckill.Activity, 500)
+	for i := range as {
+		as[i] = openActivity(int64(i+1), 10)
+		if ok, err := e.Load(context.Background(), as[i], nil); err != nil || !ok {
 			b.Fatal(ok, err)
 		}
 	}
 	o := stock.NewObserver(e)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(stock.NewCollector(o, func(context.Context) ([]int64, error) { return ids, nil }, time.Hour))
+	reg.MustRegister(stock.NewCollector(o, func(context.Context) ([]seckill.Activity, error) { return as, nil }, time.Hour))
 	b.Run("gather", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := reg.Gather(); err != nil {

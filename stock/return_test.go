@@ -30,15 +30,16 @@ func checkReturn(t *testing.T, e *stock.Engine, r seckill.Return, want stock.Ret
 func TestReturn(t *testing.T) {
 	forEachServer(t, stock.Config{}, func(t *testing.T, e *stock.Engine, _ *rediscount.Counter) {
 		ctx := context.Background()
-		k := e.Keys(1)
+		a := seckill.Activity{ID: 1}
+		k := e.Keys(a)[0]
 		checkReturn(t, e, ret(seckill.OrderID(1, 5), 7, true), stock.ReturnNotLoaded)
 		if n := e.Client().Exists(ctx, k.Returned, k.Stock, k.Meta).Val(); n != 0 {
 			t.Errorf("Return of an unloaded activity wrote %d keys", n)
 		}
 
 		load(t, e, openActivity(1, 3), nil)
-		seven, eight, nine := grab(t, e, 1, 7).OrderID, grab(t, e, 1, 8).OrderID, grab(t, e, 1, 9).OrderID
-		remaining := func() int64 { n, _ := e.Remaining(ctx, 1); return n }
+		seven, eight, nine := grab(t, e, a, 7).OrderID, grab(t, e, a, 8).OrderID, grab(t, e, a, 9).OrderID
+		remaining := func() int64 { n, _ := e.Remaining(ctx, a); return n }
 		epoch := func() string { return e.Client().HGet(ctx, k.Meta, "epoch").Val() }
 		sub := e.Client().Subscribe(ctx, e.EventsChannel())
 		defer sub.Close()
@@ -71,7 +72,7 @@ func TestReturn(t *testing.T) {
 		}
 		// Rebuy: user 7 grabs again and gets a new order; a late return of
 		// the old order leaves the new mark alone.
-		again := grab(t, e, 1, 7)
+		again := grab(t, e, a, 7)
 		if !again.New || again.OrderID <= nine {
 			t.Fatalf("grab after the return: %+v, want a new order", again)
 		}
@@ -82,7 +83,7 @@ func TestReturn(t *testing.T) {
 		if got := remaining(); got != 1 {
 			t.Errorf("remaining: %d, want 1", got)
 		}
-		if res := grab(t, e, 1, 8); res.New || res.OrderID != eight {
+		if res := grab(t, e, a, 8); res.New || res.OrderID != eight {
 			t.Errorf("grab by a buyer without rebuy: %+v, want their returned order %d", res, eight)
 		}
 
@@ -95,7 +96,7 @@ func TestReturn(t *testing.T) {
 		if got, debt := remaining(), e.Client().Get(ctx, k.Debt).Val(); got != 1 || debt != "0" {
 			t.Errorf("after a return with a debt: remaining %d, debt %s; want 1, 0", got, debt)
 		}
-		if _, ok, _ := e.PendingOrder(ctx, 1, nine, 9, time.Time{}); ok {
+		if _, ok, _ := e.PendingOrder(ctx, a, nine, 9); ok {
 			t.Error("the mark of a returned order stayed although the activity has rebuy")
 		}
 
@@ -108,7 +109,7 @@ func TestReturn(t *testing.T) {
 		if got := remaining(); got != 3 {
 			t.Errorf("remaining: %d, want 3", got)
 		}
-		if res := grab(t, e, 1, 7); res.New || res.OrderID != again.OrderID {
+		if res := grab(t, e, a, 7); res.New || res.OrderID != again.OrderID {
 			t.Errorf("user 7's new order lost its mark: %+v", res)
 		}
 	})
@@ -123,7 +124,7 @@ func TestReturn(t *testing.T) {
 func TestReturnAfterRebuild(t *testing.T) {
 	forEachServer(t, stock.Config{}, func(t *testing.T, e *stock.Engine, _ *rediscount.Counter) {
 		ctx := context.Background()
-		k := e.Keys(1)
+		k := e.Keys(seckill.Activity{ID: 1})[0]
 		id := func(n int64) int64 { return seckill.OrderID(1, n) }
 		a := openActivity(1, 3)
 		a.Remaining = 2 // order 1 live; order 2 returned
@@ -140,7 +141,7 @@ func TestReturnAfterRebuild(t *testing.T) {
 		checkReturn(t, e, ret(id(2), 2, true), stock.AlreadyReturned)
 		checkReturn(t, e, ret(seckill.OrderID(7, 1), 3, true), stock.AlreadyReturned)
 		checkReturn(t, e, ret(id(77), 4, true), stock.Returned) // not a receipt any more
-		if n, _ := e.Remaining(ctx, 1); n != 3 {
+		if n, _ := e.Remaining(ctx, a); n != 3 {
 			t.Errorf("remaining: %d, want 3", n)
 		}
 
@@ -177,16 +178,17 @@ func TestReturnAfterRebuild(t *testing.T) {
 func TestReconcileSkipsReturned(t *testing.T) {
 	forEachServer(t, stock.Config{}, func(t *testing.T, e *stock.Engine, _ *rediscount.Counter) {
 		ctx := context.Background()
+		a := seckill.Activity{ID: 1}
 		load(t, e, openActivity(1, 2), nil)
-		o := grab(t, e, 1, 1).OrderID
+		o := grab(t, e, a, 1).OrderID
 		checkReturn(t, e, ret(o, 1, true), stock.Returned)
-		if n, err := e.Reconcile(ctx, 1, []seckill.Buyer{{UserID: 1, OrderID: o}, {UserID: 2, OrderID: seckill.OrderID(1, 1<<30)}}); err != nil || n != 1 {
+		if n, err := e.Reconcile(ctx, a, []seckill.Buyer{{UserID: 1, OrderID: o}, {UserID: 2, OrderID: seckill.OrderID(1, 1<<30)}}); err != nil || n != 1 {
 			t.Fatalf("Reconcile = %d, %v; want only the unknown order taken", n, err)
 		}
-		if rem, _ := e.Remaining(ctx, 1); rem != 1 {
+		if rem, _ := e.Remaining(ctx, a); rem != 1 {
 			t.Errorf("remaining: %d, want 1", rem)
 		}
-		if _, ok, _ := e.PendingOrder(ctx, 1, o, 1, time.Time{}); ok {
+		if _, ok, _ := e.PendingOrder(ctx, a, o, 1); ok {
 			t.Error("the returned order's mark came back")
 		}
 	})
@@ -202,7 +204,7 @@ func TestRetireReturned(t *testing.T) {
 		if ok, err := e.Retire(ctx, a, time.Minute); err != nil || !ok {
 			t.Fatalf("Retire = %v, %v", ok, err)
 		}
-		k := e.Keys(1)
+		k := e.Keys(a)[0]
 		if n := e.Client().Exists(ctx, k.Returned, k.Meta).Val(); n != 0 {
 			t.Errorf("%d keys left after Retire, want none", n)
 		}

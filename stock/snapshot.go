@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -17,11 +18,14 @@ import (
 // it at one epoch (see load.lua). While Redis' stock is 0 the buyers change
 // only through compensate.lua, reconcile.lua and return.lua, and all three
 // move the epoch; so while the epoch stays and the stock stays 0, the
-// snapshot stays true.
+// snapshot stays true. An activity of several buckets has the epochs of
+// all, and is sold out when they hold no unit, in stock or in flight
+// (see borrow.go).
 type Snapshot struct {
 	ActivityID int64
 	Epoch      string
 	buyers     []buyer // by uid
+	s          *shards
 }
 
 // buyer is 16 bytes a buyer: a million buyers take 16 MB.
@@ -55,16 +59,27 @@ const snapshotAttempts = 3
 // A large set is read in chunks (HSCAN), so Redis never blocks on it; the
 // epoch and the stock, read before and after, prove that nothing changed
 // meanwhile (else it reads again, a few times).
-func (e *Engine) SoldOutSnapshot(ctx context.Context, activityID int64, limit int) (*Snapshot, error) {
-	k := e.Keys(activityID)
+func (e *Engine) SoldOutSnapshot(ctx context.Context, a seckill.Activity, limit int) (*Snapshot, error) {
+	activityID := a.ID
+	sh := e.layout(&a)
 	for range snapshotAttempts {
-		epoch, err := e.soldOutEpoch(ctx, activityID)
+		epoch, err := e.soldOutEpoch(ctx, sh)
 		if err != nil {
 			return nil, err
 		}
-		n, err := e.rdb.HLen(ctx, k.Buyers).Result()
-		if err != nil {
-			return nil, err
+		counts := make([]*redis.IntCmd, len(sh.keys))
+		pipe := e.rdb.Pipeline()
+		for b, k := range sh.keys {
+			counts[b] = pipe.HLen(ctx, k.Buyers)
+		}
+		_, _ = pipe.Exec(ctx)
+		var n int64
+		for _, c := range counts {
+			m, err := c.Result()
+			if err != nil {
+				return nil, err
+			}
+			n += m
 		}
 		if n > int64(limit) {
 			return nil, ErrTooManyBuyers
@@ -81,38 +96,10 @@ func (e *Engine) SoldOutSnapshot(ctx context.Context, activityID int64, limit in
 			}
 			return nil
 		}
-		const chunk = 1000
-		if n <= chunk {
-			kv, err := e.rdb.HGetAll(ctx, k.Buyers).Result()
-			if err != nil {
-				return nil, err
-			}
-			for uid, local := range kv {
-				if err := add([]string{uid, local}); err != nil {
-					return nil, err
-				}
-			}
-		} else {
-			var cursor uint64
-			for {
-				var kv []string
-				kv, cursor, err = e.rdb.HScan(ctx, k.Buyers, cursor, "", chunk).Result()
-				if err != nil {
-					return nil, err
-				}
-				if err := add(kv); err != nil {
-					return nil, err
-				}
-				if cursor == 0 {
-					break
-				}
-				if len(buyers) > limit+chunk {
-					// HSCAN may repeat elements, but not that many: the set grew.
-					return nil, ErrTooManyBuyers
-				}
-			}
+		if err := e.readBuyers(ctx, sh, counts, add, limit, func() int { return len(buyers) }); err != nil {
+			return nil, err
 		}
-		again, err := e.soldOutEpoch(ctx, activityID)
+		again, err := e.soldOutEpoch(ctx, sh)
 		if errors.Is(err, ErrNotSoldOut) || err == nil && again != epoch {
 			continue
 		}
@@ -127,19 +114,60 @@ func (e *Engine) SoldOutSnapshot(ctx context.Context, activityID int64, limit in
 		if e.cfg.AckReplicas > 0 {
 			// The snapshot answers its buyers with their orders: each
 			// must be on the replicas, as a grab's answer is.
-			if err := e.barrier(ctx, activityID); err != nil {
-				return nil, err
+			for b := range sh.keys {
+				if err := e.barrier(ctx, sh, b); err != nil {
+					return nil, err
+				}
 			}
 		}
-		return &Snapshot{ActivityID: activityID, Epoch: epoch, buyers: slices.Clip(buyers)}, nil
+		return &Snapshot{ActivityID: activityID, Epoch: epoch, buyers: slices.Clip(buyers), s: sh}, nil
 	}
 	return nil, fmt.Errorf("stock: the buyers of activity %d kept changing during %d reads", activityID, snapshotAttempts)
+}
+
+// readBuyers reads every bucket's buyers into add: a small hash at once,
+// a large one in chunks (HSCAN), so that Redis never blocks on it. counts
+// holds each bucket's HLEN; read tells how many buyers add got so far.
+func (e *Engine) readBuyers(ctx context.Context, s *shards, counts []*redis.IntCmd, add func([]string) error, limit int, read func() int) error {
+	const chunk = 1000
+	for b, k := range s.keys {
+		if counts[b].Val() <= chunk {
+			kv, err := e.rdb.HGetAll(ctx, k.Buyers).Result()
+			if err != nil {
+				return err
+			}
+			for uid, local := range kv {
+				if err := add([]string{uid, local}); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		var cursor uint64
+		for {
+			kv, next, err := e.rdb.HScan(ctx, k.Buyers, cursor, "", chunk).Result()
+			if err != nil {
+				return err
+			}
+			if err := add(kv); err != nil {
+				return err
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+			if read() > limit+chunk {
+				// HSCAN may repeat elements, but not that many: the set grew.
+				return ErrTooManyBuyers
+			}
+		}
+	}
+	return nil
 }
 
 // SnapshotValid reports whether s still holds: the activity's epoch is the
 // same and its stock still 0. One round trip.
 func (e *Engine) SnapshotValid(ctx context.Context, s *Snapshot) (bool, error) {
-	epoch, err := e.soldOutEpoch(ctx, s.ActivityID)
+	epoch, err := e.soldOutEpoch(ctx, s.s)
 	switch {
 	case errors.Is(err, ErrNotSoldOut), errors.Is(err, ErrNotLoaded):
 		return false, nil
@@ -150,9 +178,31 @@ func (e *Engine) SnapshotValid(ctx context.Context, s *Snapshot) (bool, error) {
 }
 
 // soldOutEpoch returns the activity's epoch if its stock is 0 (ErrNotSoldOut
-// if not, ErrNotLoaded if Redis does not hold it), in one round trip.
-func (e *Engine) soldOutEpoch(ctx context.Context, activityID int64) (string, error) {
-	k := e.Keys(activityID)
+// if not, ErrNotLoaded if Redis does not hold it), in one round trip. With
+// several buckets, the epoch is every bucket's, and no unit may be left in
+// any (stock or in flight: see borrow.go).
+func (e *Engine) soldOutEpoch(ctx context.Context, s *shards) (string, error) {
+	if len(s.keys) > 1 {
+		lv, err := e.levels(ctx, s)
+		if err != nil {
+			return "", err
+		}
+		epochs := make([]string, len(lv))
+		for b, l := range lv {
+			switch {
+			case !l.loaded:
+				return "", ErrNotLoaded
+			case l.stock > 0 || l.journal > 0:
+				return "", ErrNotSoldOut
+			}
+			epochs[b] = l.epoch
+		}
+		if units(lv) > 0 {
+			return "", ErrNotSoldOut
+		}
+		return strings.Join(epochs, ","), nil
+	}
+	k := s.keys[0]
 	var meta *redis.SliceCmd
 	var remaining *redis.StringCmd
 	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {

@@ -122,7 +122,17 @@ type Engine struct {
 	// writing to create it or start its goroutines), and an idle combiner
 	// goroutine ends under mu held for writing (see combiner.retire).
 	mu        sync.RWMutex
-	combiners map[int64]*combiner
+	combiners map[shard]*combiner
+
+	layoutsMu sync.Mutex
+	layouts   map[shardsKey]*shards
+	borrows   borrowStats
+}
+
+// shard names one bucket of an activity.
+type shard struct {
+	id int64
+	b  int
 }
 
 // New returns an Engine on rdb (standalone, Sentinel or Cluster client).
@@ -146,7 +156,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Engine {
 	if cfg.RetryFor == 0 {
 		cfg.RetryFor = 2 * time.Second
 	}
-	e := &Engine{rdb: rdb, cfg: cfg, quit: make(chan struct{}), combiners: map[int64]*combiner{}}
+	e := &Engine{rdb: rdb, cfg: cfg, quit: make(chan struct{}), combiners: map[shard]*combiner{}, layouts: map[shardsKey]*shards{}}
 	e.reload.cc, _ = rdb.(*redis.ClusterClient)
 	return e
 }
@@ -164,8 +174,9 @@ func (e *Engine) Client() redis.UniversalClient { return e.rdb }
 // Prefix returns the key namespace.
 func (e *Engine) Prefix() string { return e.cfg.Prefix }
 
-// Keys returns the keys of an activity.
-func (e *Engine) Keys(activityID int64) Keys { return KeysFor(e.cfg.Prefix, activityID) }
+// Keys returns the keys of each bucket of activity a (one set with one
+// bucket).
+func (e *Engine) Keys(a seckill.Activity) []Keys { return slices.Clone(e.layout(&a).keys) }
 
 // EventsChannel is the pub/sub channel on which compensation and returns
 // announce that stock of an activity came back (message: the activity id).
@@ -194,17 +205,18 @@ type Result struct {
 	Remaining int64 // stock left in Redis after the batch
 }
 
-// Grab tries to take one unit of the activity's stock for user uid; Redis
-// issues the new order's id (see grab.lua). It returns a Result, or an
-// error: ErrNotLoaded, ErrSoldOut, ErrNotStarted, ErrEnded (*seckill.Error
+// Grab tries to take one unit of activity a's stock for user uid, in the
+// user's home bucket (see bucket.go); Redis issues the new order's id (see
+// grab.lua). It returns a Result, or an error: ErrNotLoaded, ErrSoldOut
+// (only once every bucket is empty), ErrNotStarted, ErrEnded (*seckill.Error
 // values); when Redis did not answer, an error wrapping ErrUnavailable
 // (the grab surely did not run) or ErrOutcomeUnknown (it may have: the
 // user's next grab tells); ctx's error if it ended before the grab was
 // sent. A grab that surely did not run is sent again for up to RetryFor.
-func (e *Engine) Grab(ctx context.Context, activityID, uid int64) (Result, error) {
-	res, err := e.grab(ctx, activityID, uid)
+func (e *Engine) Grab(ctx context.Context, a seckill.Activity, uid int64) (Result, error) {
+	res, err := e.grab(ctx, &a, uid)
 	if ge, ok := err.(*grabError); ok && ge.retry && e.cfg.RetryFor > 0 {
-		return e.regrab(ctx, activityID, uid, err)
+		return e.regrab(ctx, &a, uid, err)
 	}
 	return res, err
 }
@@ -213,7 +225,7 @@ func (e *Engine) Grab(ctx context.Context, activityID, uid int64) (Result, error
 // pause, while its refusals say that it did not, for up to RetryFor and
 // while ctx lasts: long enough to ride out a master's failover, not so
 // long that a caller waits on a Redis that stays away.
-func (e *Engine) regrab(ctx context.Context, activityID, uid int64, err error) (Result, error) {
+func (e *Engine) regrab(ctx context.Context, a *seckill.Activity, uid int64, err error) (Result, error) {
 	deadline := time.Now().Add(e.cfg.RetryFor)
 	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 250*time.Millisecond) {
 		d := pause/2 + rand.N(pause/2+1)
@@ -227,7 +239,7 @@ func (e *Engine) regrab(ctx context.Context, activityID, uid int64, err error) (
 			return Result{}, err
 		case <-t.C:
 		}
-		res, next := e.grab(ctx, activityID, uid)
+		res, next := e.grab(ctx, a, uid)
 		if ge, ok := next.(*grabError); !ok || !ge.retry {
 			if next != nil && ctx.Err() != nil && errors.Is(next, ctx.Err()) {
 				return Result{}, err // ended before the grab was queued again
@@ -238,13 +250,13 @@ func (e *Engine) regrab(ctx context.Context, activityID, uid int64, err error) (
 	}
 }
 
-func (e *Engine) grab(ctx context.Context, activityID, uid int64) (Result, error) {
+func (e *Engine) grab(ctx context.Context, a *seckill.Activity, uid int64) (Result, error) {
 	e.closing.RLock()
 	if e.closed {
 		e.closing.RUnlock()
 		return Result{}, errClosed
 	}
-	c := e.combiner(activityID)
+	c := e.combiner(a, Home(uid, a.BucketCount()))
 	r, err := c.enqueue(ctx, uid)
 	c.users.Add(-1)
 	e.closing.RUnlock()
@@ -254,16 +266,17 @@ func (e *Engine) grab(ctx context.Context, activityID, uid int64) (Result, error
 	return r.wait()
 }
 
-// combiner returns the activity's combiner, counted as used until the
-// caller's grab is queued (the caller then decrements users), and makes
-// sure its goroutines run: it creates the combiner on first use, and
-// restarts goroutines that ended while it was idle. The caller holds
+// combiner returns the combiner of bucket b of activity a, counted as used
+// until the caller's grab is queued (the caller then decrements users),
+// and makes sure its goroutines run: it creates the combiner on first use,
+// and restarts goroutines that ended while it was idle. The caller holds
 // e.closing for reading.
-func (e *Engine) combiner(activityID int64) *combiner {
+func (e *Engine) combiner(a *seckill.Activity, b int) *combiner {
 	// The common case, a crowd on a running combiner, shares the lock:
 	// retire, which could end its goroutines, waits for it.
+	key := shard{a.ID, b}
 	e.mu.RLock()
-	if c := e.combiners[activityID]; c != nil && c.running >= e.cfg.Pipelines {
+	if c := e.combiners[key]; c != nil && c.running >= e.cfg.Pipelines {
 		c.users.Add(1)
 		e.mu.RUnlock()
 		return c
@@ -271,10 +284,11 @@ func (e *Engine) combiner(activityID int64) *combiner {
 	e.mu.RUnlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	c := e.combiners[activityID]
+	c := e.combiners[key]
 	if c == nil {
-		c = &combiner{e: e, id: activityID, keys: e.Keys(activityID), queue: make(chan *grabReq, 4*e.cfg.MaxBatch)}
-		e.combiners[activityID] = c
+		s := e.layout(a)
+		c = &combiner{e: e, id: a.ID, b: b, s: s, keys: s.keys[b], queue: make(chan *grabReq, 4*e.cfg.MaxBatch)}
+		e.combiners[key] = c
 	}
 	c.users.Add(1)
 	for c.running < e.cfg.Pipelines {
@@ -410,44 +424,195 @@ func ReturnedOrders(orderIDs []int64) LoadOption {
 // Buyers whose order id belongs to another activity are not loaded (the
 // database refuses a second order of theirs anyway). The receipts of the
 // ReturnedOrders option are loaded only if this call loads the activity.
+//
+// An activity of several buckets is loaded bucket by bucket, each
+// load-if-absent, its buyers and receipts in their home buckets. When no
+// bucket is held, the remaining stock is split evenly; when some are (a
+// Cluster master lost its data, the others kept theirs), the missing ones
+// share what the held ones do not account for: the remaining stock less
+// their stock, their transfers in flight and their orders not yet written.
+// It reports whether this call loaded any bucket.
 func (e *Engine) Load(ctx context.Context, a seckill.Activity, buyers []seckill.Buyer, opts ...LoadOption) (bool, error) {
 	var o loadOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	k := e.Keys(a.ID)
-	if n, err := e.rdb.Exists(ctx, k.Meta).Result(); err != nil || n == 1 {
+	s := e.layout(&a)
+	n := len(s.keys)
+	held, err := e.held(ctx, s)
+	if err != nil {
 		return false, err
+	}
+	missing := 0
+	for _, h := range held {
+		if !h {
+			missing++
+		}
+	}
+	if missing == 0 {
+		return false, nil
+	}
+	shares, err := e.shares(ctx, &a, s, held, missing)
+	if err != nil {
+		return false, err
+	}
+	if n > 1 {
+		if err := e.rdb.Set(ctx, KeysFor(e.cfg.Prefix, a.ID).Layout, n, 0).Err(); err != nil {
+			return false, fmt.Errorf("stock: load activity %d: %w", a.ID, err)
+		}
 	}
 	var last int64
 	if seckill.OrderActivity(o.lastOrderID) == a.ID {
 		last = seckill.OrderLocal(o.lastOrderID)
 	}
+	homes := make([][]seckill.Buyer, n)
+	for _, b := range buyers {
+		if _, ok := localID(a.ID, b.OrderID); ok {
+			last = max(last, seckill.OrderLocal(b.OrderID))
+			h := Home(b.UserID, n)
+			homes[h] = append(homes[h], b)
+		}
+	}
+	returned := make([][]int64, n)
+	for _, id := range o.returned {
+		b := 0
+		if seckill.OrderActivity(id) == a.ID {
+			b = Bucket(id, n)
+		}
+		returned[b] = append(returned[b], id)
+	}
+	loadedAny := false
+	for b, h := range held {
+		if h {
+			continue
+		}
+		ok, err := e.loadBucket(ctx, &a, s.keys[b], homes[b], returned[b], shares[b], last)
+		if err != nil {
+			return loadedAny, err
+		}
+		loadedAny = loadedAny || ok
+	}
+	return loadedAny, nil
+}
+
+// held reports which buckets of s Redis holds, in one pipelined round.
+func (e *Engine) held(ctx context.Context, s *shards) ([]bool, error) {
+	cmds := make([]*redis.IntCmd, len(s.keys))
+	pipe := e.rdb.Pipeline()
+	for b, k := range s.keys {
+		cmds[b] = pipe.Exists(ctx, k.Meta)
+	}
+	_, _ = pipe.Exec(ctx)
+	out := make([]bool, len(cmds))
+	for b, c := range cmds {
+		n, err := c.Result()
+		if err != nil {
+			return nil, err
+		}
+		out[b] = n == 1
+	}
+	return out, nil
+}
+
+// share is what a missing bucket is loaded with: its units, and the
+// transfer counters that keep Q true (see borrow.go).
+type share struct{ units, in, out int64 }
+
+// shares returns what each missing bucket of s gets at a load (see Load);
+// missing counts them. When some buckets are held, the first missing one
+// also takes the transfer counters that make the activity's Q count the
+// units in flight again: the held buckets' counters name transfers with
+// the lost ones, whose own counters are gone.
+func (e *Engine) shares(ctx context.Context, a *seckill.Activity, s *shards, held []bool, missing int) ([]share, error) {
+	left := a.Remaining
+	var flows int64 // out - in of the held buckets, less their transfers in flight
+	if missing < len(s.keys) {
+		accounted, f, err := e.accounted(ctx, s, held)
+		if err != nil {
+			return nil, err
+		}
+		left, flows = max(0, left-accounted), f
+	}
+	out := make([]share, len(s.keys))
+	i := int64(0)
+	for b, h := range held {
+		if h {
+			continue
+		}
+		out[b].units = left / int64(missing)
+		if i < left%int64(missing) {
+			out[b].units++
+		}
+		if i == 0 {
+			// Σ out - Σ in over every bucket must equal the units in flight.
+			out[b].in, out[b].out = max(0, flows), max(0, -flows)
+		}
+		i++
+	}
+	return out, nil
+}
+
+// accounted returns the units the held buckets of s account for: their
+// stock less their debt, their transfers not yet known to be credited, and
+// their orders not yet written to the database; and flows, their out - in
+// less their transfers in flight.
+func (e *Engine) accounted(ctx context.Context, s *shards, held []bool) (units, flows int64, err error) {
+	lv, err := e.levels(ctx, s)
+	if err != nil {
+		return 0, 0, err
+	}
+	var keys []string
+	for b, l := range lv {
+		if !held[b] || !l.loaded {
+			continue
+		}
+		units += l.stock - l.debt
+		flows += l.out - l.in
+		keys = append(keys, s.keys[b].Orders)
+		if l.journal > 0 {
+			entries, err := e.rdb.HVals(ctx, s.keys[b].Journal).Result()
+			if err != nil {
+				return 0, 0, err
+			}
+			for _, v := range entries {
+				if _, k, err := parseTransfer(v, len(s.keys)); err == nil {
+					units += k
+					flows -= k
+				}
+			}
+		}
+	}
+	stats, err := e.statsOfKeys(ctx, keys)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, st := range stats {
+		units += st.Backlog()
+	}
+	return units, flows, nil
+}
+
+// loadBucket loads one bucket (keys k) with its buyers, the receipts of its
+// returned orders and its share, unless Redis holds it; it reports whether
+// this call loaded it.
+func (e *Engine) loadBucket(ctx context.Context, a *seckill.Activity, k Keys, buyers []seckill.Buyer, returned []int64, sh share, last int64) (bool, error) {
 	const chunk = 1000
-	for i := 0; i < len(buyers); i += chunk {
-		part := buyers[i:min(i+chunk, len(buyers))]
+	for part := range slices.Chunk(buyers, chunk) {
 		args := make([]any, 0, 2*len(part))
 		for _, b := range part {
-			local, ok := localID(a.ID, b.OrderID)
-			if !ok {
-				continue
-			}
-			last = max(last, seckill.OrderLocal(b.OrderID))
+			local, _ := localID(a.ID, b.OrderID)
 			args = append(args, strconv.FormatInt(b.UserID, 10), local)
-		}
-		if len(args) == 0 {
-			continue
 		}
 		if err := e.rdb.HSet(ctx, k.Buyers, args...).Err(); err != nil {
 			return false, fmt.Errorf("stock: load buyers of activity %d: %w", a.ID, err)
 		}
 	}
-	staged, err := e.stageReceipts(ctx, a.ID, o.returned)
+	staged, err := e.stageReceipts(ctx, a.ID, k, returned)
 	if err != nil {
 		return false, err
 	}
 	n, err := loadScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Orders, k.Returned, staged},
-		a.StartsAt.UnixMilli(), a.EndsAt.UnixMilli(), a.Stock, a.Remaining, Group, strconv.FormatInt(last, 10)).Int()
+		a.StartsAt.UnixMilli(), a.EndsAt.UnixMilli(), a.Stock, sh.units, Group, strconv.FormatInt(last, 10), sh.in, sh.out).Int()
 	if err != nil {
 		return false, fmt.Errorf("stock: load activity %d: %w", a.ID, err)
 	}
@@ -461,8 +626,8 @@ const stageTTL = 10 * time.Minute
 // stageReceipts writes the receipts of the returned orders under a key of
 // this load's own, which load.lua makes the receipt set if it loads the
 // activity (and deletes otherwise). It returns the key.
-func (e *Engine) stageReceipts(ctx context.Context, activityID int64, returned []int64) (string, error) {
-	key := e.Keys(activityID).Returned + ":load:" + strconv.FormatUint(rand.Uint64(), 36)
+func (e *Engine) stageReceipts(ctx context.Context, activityID int64, k Keys, returned []int64) (string, error) {
+	key := k.Returned + ":load:" + strconv.FormatUint(rand.Uint64(), 36)
 	const chunk = 1000
 	for part := range slices.Chunk(returned, chunk) {
 		members := make([]any, len(part))
@@ -522,20 +687,22 @@ func (r ReturnResult) String() string {
 // Return gives the unit of a cancelled or expired order back to Redis,
 // exactly once (see return.lua): stock + 1 (or a debt paid), with r.Rebuy
 // the buyer's mark removed so that they may grab again, the epoch moved,
-// and the restock announced on EventsChannel.
+// and the restock announced on EventsChannel. The unit goes to the
+// buyer's home bucket, which holds the receipt.
 func (e *Engine) Return(ctx context.Context, r seckill.Return) (ReturnResult, error) {
-	k := e.Keys(r.ActivityID)
+	n := max(1, r.Buckets)
+	k := BucketKeys(e.cfg.Prefix, r.ActivityID, n, Home(r.UserID, n))
 	member, mark := receipt(r.ActivityID, r.OrderID)
 	rebuy := "0"
 	if r.Rebuy {
 		rebuy = "1"
 	}
-	n, err := returnScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Buyers, k.Debt, k.Returned},
+	res, err := returnScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Buyers, k.Debt, k.Returned},
 		r.UserID, member, mark, rebuy, e.EventsChannel(), r.ActivityID).Int()
 	if err != nil {
 		return 0, fmt.Errorf("stock: return order %d: %w", r.OrderID, err)
 	}
-	switch n {
+	switch res {
 	case 1:
 		return Returned, nil
 	case 0:
@@ -544,20 +711,62 @@ func (e *Engine) Return(ctx context.Context, r seckill.Return) (ReturnResult, er
 	return ReturnNotLoaded, nil
 }
 
-// Loaded reports whether Redis holds the activity.
-func (e *Engine) Loaded(ctx context.Context, activityID int64) (bool, error) {
-	n, err := e.rdb.Exists(ctx, e.Keys(activityID).Meta).Result()
-	return n == 1, err
+// Loaded reports whether Redis holds the activity: every bucket of it.
+func (e *Engine) Loaded(ctx context.Context, a seckill.Activity) (bool, error) {
+	held, err := e.held(ctx, e.layout(&a))
+	if err != nil {
+		return false, err
+	}
+	return !slices.Contains(held, false), nil
 }
 
-// Remaining returns the stock left in Redis; ErrNotLoaded if Redis does not
-// hold the activity.
-func (e *Engine) Remaining(ctx context.Context, activityID int64) (int64, error) {
-	n, err := e.rdb.Get(ctx, e.Keys(activityID).Stock).Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, ErrNotLoaded
+// Present reports whether Redis holds anything of activity id, whatever
+// its layout: its one bucket, or the marker of its several (Keys.Layout).
+// One command. For the lookups of order ids whose activity this process
+// does not know yet.
+func (e *Engine) Present(ctx context.Context, id int64) (bool, error) {
+	k := KeysFor(e.cfg.Prefix, id)
+	n, err := e.rdb.Exists(ctx, k.Meta, k.Layout).Result()
+	return n > 0, err
+}
+
+// Remaining returns the stock left in Redis, in every bucket; ErrNotLoaded
+// if Redis does not hold the activity (a bucket of it). Units in flight
+// between buckets are not counted.
+func (e *Engine) Remaining(ctx context.Context, a seckill.Activity) (int64, error) {
+	left, err := e.RemainingByBucket(ctx, a)
+	if err != nil {
+		return 0, err
 	}
-	return n, err
+	var total int64
+	for _, n := range left {
+		total += n
+	}
+	return total, nil
+}
+
+// RemainingByBucket returns the stock left in each bucket of the activity,
+// in one pipelined round; ErrNotLoaded if Redis does not hold a bucket.
+func (e *Engine) RemainingByBucket(ctx context.Context, a seckill.Activity) ([]int64, error) {
+	s := e.layout(&a)
+	cmds := make([]*redis.StringCmd, len(s.keys))
+	pipe := e.rdb.Pipeline()
+	for b, k := range s.keys {
+		cmds[b] = pipe.Get(ctx, k.Stock)
+	}
+	_, _ = pipe.Exec(ctx)
+	out := make([]int64, len(cmds))
+	for b, c := range cmds {
+		n, err := c.Int64()
+		if errors.Is(err, redis.Nil) {
+			return nil, ErrNotLoaded
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[b] = n
+	}
+	return out, nil
 }
 
 // PendingOrder reports whether Redis holds order oid of the activity that
@@ -566,12 +775,12 @@ func (e *Engine) Remaining(ctx context.Context, activityID int64) (int64, error)
 // the order's stream entry, whose id follows from the order id (see
 // grab.lua), so it finds orders not yet acknowledged, or acknowledged and
 // not yet trimmed. An id of another activity is not found.
-func (e *Engine) PendingOrder(ctx context.Context, activityID, oid, uid int64, startsAt time.Time) (int64, bool, error) {
-	want, ok := localID(activityID, oid)
+func (e *Engine) PendingOrder(ctx context.Context, a seckill.Activity, oid, uid int64) (int64, bool, error) {
+	want, ok := localID(a.ID, oid)
 	if !ok {
 		return 0, false, nil
 	}
-	return e.owner(ctx, e.rdb, activityID, oid, want, uid, startsAt)()
+	return e.owner(ctx, e.rdb, &a, oid, want, uid)()
 }
 
 // Held is what Redis knows of an order id (Engine.FindOrder).
@@ -594,15 +803,19 @@ type Held struct {
 // does: two commands of one hash tag, pipelined. Redis issues ids in
 // increasing order (grab.lua), so an id beyond the meta's seq is no order
 // until a grab issues it, whatever the number of orders. An id of another
-// activity is neither issued nor held.
-func (e *Engine) FindOrder(ctx context.Context, activityID, oid, uid int64, startsAt time.Time) (Held, error) {
+// activity is neither issued nor held. In an activity of several buckets,
+// "Loaded" and "Issued" are those of the bucket that would have issued
+// the id (see Bucket).
+func (e *Engine) FindOrder(ctx context.Context, a seckill.Activity, oid, uid int64) (Held, error) {
+	activityID := a.ID
 	want, ok := localID(activityID, oid)
 	if !ok {
 		return Held{Loaded: true}, nil
 	}
+	s := e.layout(&a)
 	pipe := e.rdb.Pipeline()
-	meta := pipe.HMGet(ctx, e.Keys(activityID).Meta, "starts_ms", "seq")
-	owner := e.owner(ctx, pipe, activityID, oid, want, uid, startsAt)
+	meta := pipe.HMGet(ctx, s.keys[Bucket(oid, len(s.keys))].Meta, "starts_ms", "seq")
+	owner := e.owner(ctx, pipe, &a, oid, want, uid)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Held{}, err
 	}
@@ -613,10 +826,10 @@ func (e *Engine) FindOrder(ctx context.Context, activityID, oid, uid int64, star
 	if v[0] == nil {
 		return Held{}, nil
 	}
-	s, _ := v[1].(string)
-	seq, err := strconv.ParseInt(s, 10, 64)
-	if err != nil && s != "" {
-		return Held{}, fmt.Errorf("stock: bad seq %q in the meta of activity %d", s, activityID)
+	str, _ := v[1].(string)
+	seq, err := strconv.ParseInt(str, 10, 64)
+	if err != nil && str != "" {
+		return Held{}, fmt.Errorf("stock: bad seq %q in the meta of activity %d", str, activityID)
 	}
 	h := Held{Loaded: true, Issued: seckill.OrderLocal(oid) <= seq}
 	if h.Owner, ok, err = owner(); err != nil || !ok {
@@ -625,13 +838,19 @@ func (e *Engine) FindOrder(ctx context.Context, activityID, oid, uid int64, star
 	return h, err
 }
 
-// owner queues on c the one command that finds order oid of the activity
+// owner queues on c the one command that finds order oid of activity a
 // (want: its local id, as Redis holds it; see PendingOrder), and returns
 // what reads its reply once c has run it: the owner, whether Redis holds
-// the order.
-func (e *Engine) owner(ctx context.Context, c redis.Cmdable, activityID, oid int64, want string, uid int64, startsAt time.Time) func() (int64, bool, error) {
-	k := e.Keys(activityID)
+// the order. The order's bucket holds both its stream entry and its
+// buyer's mark.
+func (e *Engine) owner(ctx context.Context, c redis.Cmdable, a *seckill.Activity, oid int64, want string, uid int64) func() (int64, bool, error) {
+	s := e.layout(a)
+	b := Bucket(oid, len(s.keys))
+	k := s.keys[b]
 	if uid != 0 {
+		if Home(uid, len(s.keys)) != b {
+			return func() (int64, bool, error) { return 0, false, nil }
+		}
 		mark := c.HGet(ctx, k.Buyers, strconv.FormatInt(uid, 10))
 		return func() (int64, bool, error) {
 			s, err := mark.Result()
@@ -641,7 +860,7 @@ func (e *Engine) owner(ctx context.Context, c redis.Cmdable, activityID, oid int
 			return uid, err == nil && s == want, err
 		}
 	}
-	id := EntryID(startsAt, oid)
+	id := EntryID(a.StartsAt, oid)
 	entry := c.XRangeN(ctx, k.Orders, id, id, 1)
 	return func() (int64, bool, error) {
 		msgs, err := entry.Result()
@@ -665,13 +884,15 @@ func EntryID(startsAt time.Time, oid int64) string {
 // exactly once (see compensate.lua). keepOrder, if not 0, is the user's
 // order in the database (oid failed as its duplicate), which the user keeps
 // along with the unit. It reports whether anything was done.
-func (e *Engine) Compensate(ctx context.Context, activityID, uid, oid, keepOrder int64) (bool, error) {
+func (e *Engine) Compensate(ctx context.Context, a seckill.Activity, uid, oid, keepOrder int64) (bool, error) {
+	activityID := a.ID
 	local, ok := localID(activityID, oid)
 	if !ok {
 		// Not an id grab.lua issued for this activity: no mark can hold it.
 		return false, nil
 	}
-	k := e.Keys(activityID)
+	s := e.layout(&a)
+	k := s.keys[Home(uid, len(s.keys))]
 	keep := ""
 	if keepOrder != 0 {
 		if keep, ok = localID(activityID, keepOrder); !ok {
@@ -693,32 +914,33 @@ func (e *Engine) Compensate(ctx context.Context, activityID, uid, oid, keepOrder
 // reconcile.lua): the buyer marks and the units of those Redis does not
 // know, unless their units came back since (a Return's receipt). It is
 // idempotent. It returns the units taken, or ErrNotLoaded.
-func (e *Engine) Reconcile(ctx context.Context, activityID int64, buyers []seckill.Buyer) (int64, error) {
+func (e *Engine) Reconcile(ctx context.Context, a seckill.Activity, buyers []seckill.Buyer) (int64, error) {
 	if len(buyers) == 0 {
 		return 0, nil
 	}
-	k := e.Keys(activityID)
+	activityID := a.ID
+	s := e.layout(&a)
+	homes := make([][]any, len(s.keys))
+	for _, b := range buyers {
+		if local, ok := localID(activityID, b.OrderID); ok {
+			h := Home(b.UserID, len(s.keys))
+			homes[h] = append(homes[h], strconv.FormatInt(b.UserID, 10), local)
+		}
+	}
 	var total int64
-	const chunk = 1000
-	for i := 0; i < len(buyers); i += chunk {
-		part := buyers[i:min(i+chunk, len(buyers))]
-		args := make([]any, 0, 2*len(part))
-		for _, b := range part {
-			if local, ok := localID(activityID, b.OrderID); ok {
-				args = append(args, strconv.FormatInt(b.UserID, 10), local)
+	const chunk = 2000 // 1,000 buyers
+	for b, args := range homes {
+		k := s.keys[b]
+		for part := range slices.Chunk(args, chunk) {
+			n, err := reconcileScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Buyers, k.Debt, k.Returned}, part...).Int64()
+			if err != nil {
+				return total, fmt.Errorf("stock: reconcile activity %d: %w", activityID, err)
 			}
+			if n < 0 {
+				return total, ErrNotLoaded
+			}
+			total += n
 		}
-		if len(args) == 0 {
-			continue
-		}
-		n, err := reconcileScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Buyers, k.Debt, k.Returned}, args...).Int64()
-		if err != nil {
-			return total, fmt.Errorf("stock: reconcile activity %d: %w", activityID, err)
-		}
-		if n < 0 {
-			return total, ErrNotLoaded
-		}
-		total += n
 	}
 	return total, nil
 }
@@ -728,7 +950,8 @@ func (e *Engine) Reconcile(ctx context.Context, activityID int64, buyers []secki
 // master.
 func (e *Engine) Preload(ctx context.Context) error {
 	load := func(ctx context.Context, c redis.Scripter) error {
-		for _, s := range []*redis.Script{grabScript, loadScript, compensateScript, reconcileScript, returnScript} {
+		for _, s := range []*redis.Script{grabScript, loadScript, compensateScript, reconcileScript, returnScript,
+			levelScript, xferOutScript, xferInScript, journalScript} {
 			if err := s.Load(ctx, c).Err(); err != nil {
 				return err
 			}

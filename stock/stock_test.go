@@ -70,18 +70,18 @@ func load(t *testing.T, e *stock.Engine, a seckill.Activity, buyers []seckill.Bu
 	}
 }
 
-func grab(t *testing.T, e *stock.Engine, activityID, uid int64) stock.Result {
+func grab(t *testing.T, e *stock.Engine, a seckill.Activity, uid int64) stock.Result {
 	t.Helper()
-	res, err := e.Grab(context.Background(), activityID, uid)
+	res, err := e.Grab(context.Background(), a, uid)
 	if err != nil {
-		t.Fatalf("grab of activity %d by user %d: %v", activityID, uid, err)
+		t.Fatalf("grab of activity %d by user %d: %v", a.ID, uid, err)
 	}
 	return res
 }
 
 func TestGrabNotLoaded(t *testing.T) {
 	forEachServer(t, stock.Config{}, func(t *testing.T, e *stock.Engine, _ *rediscount.Counter) {
-		_, err := e.Grab(context.Background(), 1, 7)
+		_, err := e.Grab(context.Background(), seckill.Activity{ID: 1}, 7)
 		if !errors.Is(err, stock.ErrNotLoaded) {
 			t.Fatalf("grab of an unloaded activity: got %v, want ErrNotLoaded", err)
 		}
@@ -97,15 +97,15 @@ func TestGrabWindow(t *testing.T) {
 		for _, a := range []seckill.Activity{early, late} {
 			load(t, e, a, nil)
 		}
-		if _, err := e.Grab(ctx, 1, 7); seckill.ErrorCode(err) != seckill.ENOTSTARTED {
+		if _, err := e.Grab(ctx, early, 7); seckill.ErrorCode(err) != seckill.ENOTSTARTED {
 			t.Errorf("grab before start: got %v, want %s", err, seckill.ENOTSTARTED)
 		}
-		if _, err := e.Grab(ctx, 2, 7); seckill.ErrorCode(err) != seckill.EENDED {
+		if _, err := e.Grab(ctx, late, 7); seckill.ErrorCode(err) != seckill.EENDED {
 			t.Errorf("grab after end: got %v, want %s", err, seckill.EENDED)
 		}
-		for _, id := range []int64{1, 2} {
-			if n, _ := e.Remaining(ctx, id); n != 5 {
-				t.Errorf("activity %d: remaining %d after refused grabs, want 5", id, n)
+		for _, a := range []seckill.Activity{early, late} {
+			if n, _ := e.Remaining(ctx, a); n != 5 {
+				t.Errorf("activity %d: remaining %d after refused grabs, want 5", a.ID, n)
 			}
 		}
 	})
@@ -125,7 +125,7 @@ func TestGrabConcurrent(t *testing.T) {
 		for uid := int64(1); uid <= 200; uid++ {
 			for range 2 {
 				wg.Go(func() {
-					res, err := e.Grab(ctx, a.ID, uid)
+					res, err := e.Grab(ctx, a, uid)
 					if errors.Is(err, stock.ErrSoldOut) {
 						return
 					}
@@ -161,10 +161,10 @@ func TestGrabConcurrent(t *testing.T) {
 				owner[id] = uid
 			}
 		}
-		if n, _ := e.Remaining(ctx, a.ID); n != 0 {
+		if n, _ := e.Remaining(ctx, a); n != 0 {
 			t.Errorf("remaining: got %d, want 0", n)
 		}
-		entries, err := e.Client().XRange(ctx, e.Keys(a.ID).Orders, "-", "+").Result()
+		entries, err := e.Client().XRange(ctx, e.Keys(a)[0].Orders, "-", "+").Result()
 		if err != nil || len(entries) != 10 {
 			t.Fatalf("stream entries: got %d (%v), want 10", len(entries), err)
 		}
@@ -193,15 +193,15 @@ func TestOrderIDEdge(t *testing.T) {
 		ctx := context.Background()
 		a := openActivity(seckill.MaxActivityID, 100)
 		load(t, e, a, nil)
-		if err := e.Client().HSet(ctx, e.Keys(a.ID).Meta, "seq", seckill.MaxOrderLocal-3).Err(); err != nil {
+		if err := e.Client().HSet(ctx, e.Keys(a)[0].Meta, "seq", seckill.MaxOrderLocal-3).Err(); err != nil {
 			t.Fatal(err)
 		}
 		for i, want := range []int64{1<<63 - 3, 1<<63 - 2, 1<<63 - 1} {
-			if got := grab(t, e, a.ID, int64(i+1)).OrderID; got != want {
+			if got := grab(t, e, a, int64(i+1)).OrderID; got != want {
 				t.Errorf("order %d: got %d, want %d", i+1, got, want)
 			}
 		}
-		if got, err := e.Client().HGet(ctx, e.Keys(a.ID).Buyers, "3").Result(); err != nil || got != "549755813887" {
+		if got, err := e.Client().HGet(ctx, e.Keys(a)[0].Buyers, "3").Result(); err != nil || got != "549755813887" {
 			t.Errorf("buyer mark: got %q %v, want the local id 549755813887", got, err)
 		}
 
@@ -209,7 +209,7 @@ func TestOrderIDEdge(t *testing.T) {
 		load(t, e, b, nil)
 		var ids []int64
 		for uid := range int64(40) {
-			ids = append(ids, grab(t, e, b.ID, uid+1).OrderID)
+			ids = append(ids, grab(t, e, b, uid+1).OrderID)
 		}
 		for i := 1; i < len(ids); i++ {
 			if ids[i] <= ids[i-1] {
@@ -224,12 +224,12 @@ func TestCompensateOnce(t *testing.T) {
 		ctx := context.Background()
 		a := openActivity(1, 1)
 		load(t, e, a, nil)
-		res := grab(t, e, 1, 7)
+		res := grab(t, e, a, 7)
 		if !res.New || res.Remaining != 0 {
 			t.Fatalf("first grab: %+v", res)
 		}
 		first := res.OrderID
-		if _, err := e.Grab(ctx, 1, 8); !errors.Is(err, stock.ErrSoldOut) {
+		if _, err := e.Grab(ctx, a, 8); !errors.Is(err, stock.ErrSoldOut) {
 			t.Fatalf("second buyer: got %v, want sold out", err)
 		}
 		sub := e.Client().Subscribe(ctx, e.EventsChannel())
@@ -238,7 +238,7 @@ func TestCompensateOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, want := range []bool{true, false} {
-			got, err := e.Compensate(ctx, 1, 7, first, 0)
+			got, err := e.Compensate(ctx, a, 7, first, 0)
 			if err != nil || got != want {
 				t.Fatalf("compensate #%d: got %v %v, want %v", i+1, got, err, want)
 			}
@@ -251,19 +251,19 @@ func TestCompensateOnce(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Error("no restock event published")
 		}
-		if n, _ := e.Remaining(ctx, 1); n != 1 {
+		if n, _ := e.Remaining(ctx, a); n != 1 {
 			t.Errorf("remaining after compensation: got %d, want 1", n)
 		}
-		if _, ok, _ := e.PendingOrder(ctx, 1, first, 7, a.StartsAt); ok {
+		if _, ok, _ := e.PendingOrder(ctx, a, first, 7); ok {
 			t.Error("the failed order is still known to redis")
 		}
 		// The user may try again and gets a new order.
-		res = grab(t, e, 1, 7)
+		res = grab(t, e, a, 7)
 		if !res.New || res.OrderID <= first {
 			t.Fatalf("grab after compensation: %+v, want a new order after %d", res, first)
 		}
 		// A late duplicate compensation of the old order changes nothing.
-		if got, _ := e.Compensate(ctx, 1, 7, first, 0); got {
+		if got, _ := e.Compensate(ctx, a, 7, first, 0); got {
 			t.Error("stale compensation gave stock back")
 		}
 	})
@@ -280,10 +280,10 @@ func TestLoadOnce(t *testing.T) {
 		if ok, err := e.Load(ctx, a, nil); err != nil || ok {
 			t.Fatalf("second load: got %v %v, want false", ok, err)
 		}
-		if n, _ := e.Remaining(ctx, 1); n != 8 {
+		if n, _ := e.Remaining(ctx, a); n != 8 {
 			t.Errorf("remaining: got %d, want 8", n)
 		}
-		if res := grab(t, e, 1, 2); res.New || res.OrderID != seckill.OrderID(1, 12) {
+		if res := grab(t, e, a, 2); res.New || res.OrderID != seckill.OrderID(1, 12) {
 			t.Errorf("grab by a loaded buyer: got %+v, want existing order %d", res, seckill.OrderID(1, 12))
 		}
 	})
@@ -299,12 +299,12 @@ func TestLoadContinuesPastIDs(t *testing.T) {
 		const ahead = 50_000_000
 		load(t, e, openActivity(1, 10), []seckill.Buyer{{UserID: 1, OrderID: seckill.OrderID(1, 500)}},
 			stock.OrdersAfter(seckill.OrderID(1, ahead)))
-		if got := grab(t, e, 1, 2).OrderID; got != seckill.OrderID(1, ahead+1) {
+		if got := grab(t, e, seckill.Activity{ID: 1}, 2).OrderID; got != seckill.OrderID(1, ahead+1) {
 			t.Errorf("after OrdersAfter: got order %d, want %d", got, seckill.OrderID(1, ahead+1))
 		}
 		load(t, e, openActivity(2, 10), []seckill.Buyer{{UserID: 1, OrderID: seckill.OrderID(2, ahead)}},
 			stock.OrdersAfter(seckill.OrderID(2, 7)))
-		if got := grab(t, e, 2, 2).OrderID; got != seckill.OrderID(2, ahead+1) {
+		if got := grab(t, e, seckill.Activity{ID: 2}, 2).OrderID; got != seckill.OrderID(2, ahead+1) {
 			t.Errorf("after the buyers: got order %d, want %d", got, seckill.OrderID(2, ahead+1))
 		}
 
@@ -312,11 +312,11 @@ func TestLoadContinuesPastIDs(t *testing.T) {
 		// the database knows nothing: ids continue past the stream's.
 		a := openActivity(3, 10)
 		load(t, e, a, nil)
-		k := e.Keys(a.ID)
+		k := e.Keys(a)[0]
 		if err := e.Client().HSet(ctx, k.Meta, "seq", ahead).Err(); err != nil {
 			t.Fatal(err)
 		}
-		last := grab(t, e, a.ID, 1).OrderID
+		last := grab(t, e, a, 1).OrderID
 		if err := e.Client().XDel(ctx, k.Orders, stock.EntryID(a.StartsAt, last)).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -324,7 +324,7 @@ func TestLoadContinuesPastIDs(t *testing.T) {
 			t.Fatal(err)
 		}
 		load(t, e, a, nil)
-		if got := grab(t, e, a.ID, 2).OrderID; got <= last {
+		if got := grab(t, e, a, 2).OrderID; got <= last {
 			t.Errorf("after a reload over the stream: got order %d, want more than %d", got, last)
 		}
 	})
@@ -343,7 +343,7 @@ func TestPendingOrder(t *testing.T) {
 		var mu sync.Mutex
 		for uid := int64(1); uid <= 2500; uid++ {
 			wg.Go(func() {
-				res, err := e.Grab(ctx, 1, uid)
+				res, err := e.Grab(ctx, a, uid)
 				if err != nil {
 					t.Error(err)
 				}
@@ -368,7 +368,7 @@ func TestPendingOrder(t *testing.T) {
 		}
 		for _, c := range cases {
 			before := cmds.N()
-			owner, ok, err := e.PendingOrder(ctx, 1, c.oid, c.uid, a.StartsAt)
+			owner, ok, err := e.PendingOrder(ctx, a, c.oid, c.uid)
 			if err != nil || ok != c.ok || (ok && owner != c.owner) {
 				t.Errorf("PendingOrder(%d, uid %d): got %d %v %v, want %d %v", c.oid, c.uid, owner, ok, err, c.owner, c.ok)
 			}
@@ -387,11 +387,11 @@ func TestFindOrder(t *testing.T) {
 	forEachServer(t, stock.Config{}, func(t *testing.T, e *stock.Engine, cmds *rediscount.Counter) {
 		ctx := context.Background()
 		a := openActivity(1, 10)
-		if h, err := e.FindOrder(ctx, 1, seckill.OrderID(1, 8), 7, a.StartsAt); err != nil || h != (stock.Held{}) {
+		if h, err := e.FindOrder(ctx, a, seckill.OrderID(1, 8), 7); err != nil || h != (stock.Held{}) {
 			t.Fatalf("an activity Redis does not hold: %+v %v, want nothing known", h, err)
 		}
 		load(t, e, a, nil)
-		first := grab(t, e, 1, 7).OrderID
+		first := grab(t, e, a, 7).OrderID
 		next := first + 1
 		cases := []struct {
 			name     string
@@ -410,7 +410,7 @@ func TestFindOrder(t *testing.T) {
 			t.Helper()
 			for _, c := range cases {
 				before := cmds.N()
-				h, err := e.FindOrder(ctx, 1, c.oid, c.uid, a.StartsAt)
+				h, err := e.FindOrder(ctx, a, c.oid, c.uid)
 				if err != nil || h != c.want {
 					t.Errorf("%s: got %+v %v, want %+v", c.name, h, err, c.want)
 				}
@@ -421,7 +421,7 @@ func TestFindOrder(t *testing.T) {
 		}
 		check()
 		// The next grab issues an id at or beyond next: now issued.
-		second := grab(t, e, 1, 8).OrderID
+		second := grab(t, e, a, 8).OrderID
 		if second < next {
 			t.Fatalf("second order %d, want at least %d", second, next)
 		}
@@ -447,17 +447,18 @@ func TestFindOrder(t *testing.T) {
 func TestReconcile(t *testing.T) {
 	forEachServer(t, stock.Config{}, func(t *testing.T, e *stock.Engine, _ *rediscount.Counter) {
 		ctx := context.Background()
+		a := seckill.Activity{ID: 1}
 		id := func(n int64) int64 { return seckill.OrderID(1, n) }
-		if _, err := e.Reconcile(ctx, 1, []seckill.Buyer{{UserID: 1, OrderID: id(101)}}); !errors.Is(err, stock.ErrNotLoaded) {
+		if _, err := e.Reconcile(ctx, a, []seckill.Buyer{{UserID: 1, OrderID: id(101)}}); !errors.Is(err, stock.ErrNotLoaded) {
 			t.Fatalf("reconcile of an unloaded activity: got %v, want ErrNotLoaded", err)
 		}
 		load(t, e, openActivity(1, 4), nil)
-		remaining := func() int64 { n, _ := e.Remaining(ctx, 1); return n }
-		epoch := func() string { return e.Client().HGet(ctx, e.Keys(1).Meta, "epoch").Val() }
+		remaining := func() int64 { n, _ := e.Remaining(ctx, a); return n }
+		epoch := func() string { return e.Client().HGet(ctx, e.Keys(a)[0].Meta, "epoch").Val() }
 		confirmed := []seckill.Buyer{{UserID: 1, OrderID: id(101)}, {UserID: 2, OrderID: id(102)}}
 		epochs := []string{epoch()}
 		for i := range 2 {
-			if n, err := e.Reconcile(ctx, 1, confirmed); err != nil || n != int64(2*(1-i)) {
+			if n, err := e.Reconcile(ctx, a, confirmed); err != nil || n != int64(2*(1-i)) {
 				t.Fatalf("reconcile #%d: got %d %v", i+1, n, err)
 			}
 			epochs = append(epochs, epoch())
@@ -471,11 +472,11 @@ func TestReconcile(t *testing.T) {
 		// User 3 grabbed again before the database's order 103 was
 		// reconciled: one unit for the user, the mark moves to 103, and the
 		// duplicate's compensation changes nothing.
-		again := grab(t, e, 1, 3).OrderID
-		if n, err := e.Reconcile(ctx, 1, []seckill.Buyer{{UserID: 3, OrderID: id(103)}}); err != nil || n != 0 {
+		again := grab(t, e, a, 3).OrderID
+		if n, err := e.Reconcile(ctx, a, []seckill.Buyer{{UserID: 3, OrderID: id(103)}}); err != nil || n != 0 {
 			t.Fatalf("reconcile of a user who grabbed again: %d %v", n, err)
 		}
-		if done, _ := e.Compensate(ctx, 1, 3, again, id(103)); done {
+		if done, _ := e.Compensate(ctx, a, 3, again, id(103)); done {
 			t.Error("the duplicate's compensation acted although the mark moved")
 		}
 		if got := remaining(); got != 1 {
@@ -483,20 +484,20 @@ func TestReconcile(t *testing.T) {
 		}
 		// The last unit goes to user 9 in Redis while the database confirmed
 		// user 8: a debt, paid by user 9's refusal.
-		nine := grab(t, e, 1, 9).OrderID
-		if n, err := e.Reconcile(ctx, 1, []seckill.Buyer{{UserID: 8, OrderID: id(108)}}); err != nil || n != 1 {
+		nine := grab(t, e, a, 9).OrderID
+		if n, err := e.Reconcile(ctx, a, []seckill.Buyer{{UserID: 8, OrderID: id(108)}}); err != nil || n != 1 {
 			t.Fatalf("reconcile without stock: %d %v", n, err)
 		}
 		if got := remaining(); got != 0 {
 			t.Errorf("remaining went to %d, want 0", got)
 		}
-		if done, _ := e.Compensate(ctx, 1, 9, nine, 0); !done {
+		if done, _ := e.Compensate(ctx, a, 9, nine, 0); !done {
 			t.Fatal("the refused order was not compensated")
 		}
 		if got := remaining(); got != 0 {
 			t.Errorf("remaining after paying the debt: %d, want 0", got)
 		}
-		if debt, _ := e.Client().Get(ctx, e.Keys(1).Debt).Int64(); debt != 0 {
+		if debt, _ := e.Client().Get(ctx, e.Keys(a)[0].Debt).Int64(); debt != 0 {
 			t.Errorf("debt left: %d", debt)
 		}
 	})
@@ -508,21 +509,22 @@ func TestReconcile(t *testing.T) {
 func TestSnapshot(t *testing.T) {
 	forEachServer(t, stock.Config{}, func(t *testing.T, e *stock.Engine, cmds *rediscount.Counter) {
 		ctx := context.Background()
-		if _, err := e.SoldOutSnapshot(ctx, 1, 100); !errors.Is(err, stock.ErrNotLoaded) {
+		a := seckill.Activity{ID: 1}
+		if _, err := e.SoldOutSnapshot(ctx, a, 100); !errors.Is(err, stock.ErrNotLoaded) {
 			t.Errorf("snapshot of an unloaded activity: %v, want ErrNotLoaded", err)
 		}
 		load(t, e, openActivity(1, 3), nil)
-		if _, err := e.SoldOutSnapshot(ctx, 1, 100); !errors.Is(err, stock.ErrNotSoldOut) {
+		if _, err := e.SoldOutSnapshot(ctx, a, 100); !errors.Is(err, stock.ErrNotSoldOut) {
 			t.Errorf("snapshot with stock left: %v, want ErrNotSoldOut", err)
 		}
 		orders := map[int64]int64{}
 		for uid := int64(1); uid <= 3; uid++ {
-			orders[uid] = grab(t, e, 1, uid).OrderID
+			orders[uid] = grab(t, e, a, uid).OrderID
 		}
-		if _, err := e.SoldOutSnapshot(ctx, 1, 2); !errors.Is(err, stock.ErrTooManyBuyers) {
+		if _, err := e.SoldOutSnapshot(ctx, a, 2); !errors.Is(err, stock.ErrTooManyBuyers) {
 			t.Errorf("snapshot above the limit: %v, want ErrTooManyBuyers", err)
 		}
-		s, err := e.SoldOutSnapshot(ctx, 1, 100)
+		s, err := e.SoldOutSnapshot(ctx, a, 100)
 		if err != nil || s.Len() != 3 {
 			t.Fatalf("snapshot: %v, %v; want 3 buyers", s, err)
 		}
@@ -543,25 +545,25 @@ func TestSnapshot(t *testing.T) {
 			}
 			return ok
 		}
-		if _, err := e.Grab(ctx, 1, 9); !errors.Is(err, stock.ErrSoldOut) || !valid() {
+		if _, err := e.Grab(ctx, a, 9); !errors.Is(err, stock.ErrSoldOut) || !valid() {
 			t.Errorf("after a refused grab: %v, valid %v; want sold out and still valid", err, valid())
 		}
 		// A failed order of user 2 whose unit pays a debt: the stock stays
 		// 0, the buyers change.
-		if err := e.Client().Set(ctx, e.Keys(1).Debt, 1, 0).Err(); err != nil {
+		if err := e.Client().Set(ctx, e.Keys(a)[0].Debt, 1, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if done, err := e.Compensate(ctx, 1, 2, orders[2], 0); err != nil || !done {
+		if done, err := e.Compensate(ctx, a, 2, orders[2], 0); err != nil || !done {
 			t.Fatalf("compensate: %v %v", done, err)
 		}
 		if valid() {
 			t.Error("snapshot still valid after the buyers changed")
 		}
-		s, err = e.SoldOutSnapshot(ctx, 1, 100)
+		s, err = e.SoldOutSnapshot(ctx, a, 100)
 		if err != nil || s.Len() != 2 || !valid() {
 			t.Fatalf("snapshot after the change: %v %v; want 2 buyers, valid", s, err)
 		}
-		if _, err := e.Reconcile(ctx, 1, []seckill.Buyer{{UserID: 50, OrderID: seckill.OrderID(1, 7)}}); err != nil {
+		if _, err := e.Reconcile(ctx, a, []seckill.Buyer{{UserID: 50, OrderID: seckill.OrderID(1, 7)}}); err != nil {
 			t.Fatal(err)
 		}
 		if valid() {
@@ -571,16 +573,17 @@ func TestSnapshot(t *testing.T) {
 		// Large: read in chunks.
 		const n = 2500
 		load(t, e, openActivity(2, n), nil)
+		b := seckill.Activity{ID: 2}
 		var wg sync.WaitGroup
 		for uid := int64(1); uid <= n; uid++ {
 			wg.Go(func() {
-				if _, err := e.Grab(ctx, 2, uid); err != nil {
+				if _, err := e.Grab(ctx, b, uid); err != nil {
 					t.Error(err)
 				}
 			})
 		}
 		wg.Wait()
-		s, err = e.SoldOutSnapshot(ctx, 2, n)
+		s, err = e.SoldOutSnapshot(ctx, b, n)
 		if err != nil || s.Len() != n {
 			t.Fatalf("large snapshot: %v; want %d buyers", err, n)
 		}
@@ -605,14 +608,14 @@ func TestCombinersEnd(t *testing.T) {
 	var wg sync.WaitGroup
 	for id := int64(1); id <= n; id++ {
 		wg.Go(func() {
-			if _, err := e.Grab(ctx, id, 1); err != nil {
+			if _, err := e.Grab(ctx, seckill.Activity{ID: id}, 1); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	wg.Wait()
 	testenv.WaitFor(t, "combiner goroutines back to the baseline", func() bool { return runtime.NumGoroutine() <= before+2 })
-	if res := grab(t, e, 7, 2); !res.New {
+	if res := grab(t, e, seckill.Activity{ID: 7}, 2); !res.New {
 		t.Errorf("grab after the combiner ended: %+v", res)
 	}
 	testenv.WaitFor(t, "the restarted combiner ends again", func() bool { return runtime.NumGoroutine() <= before+2 })
@@ -630,7 +633,7 @@ func TestCombinerRestartRace(t *testing.T) {
 	for w := range int64(8) {
 		wg.Go(func() {
 			for i := range int64(150) {
-				if _, err := e.Grab(ctx, 1, w*1000+i+1); err != nil {
+				if _, err := e.Grab(ctx, seckill.Activity{ID: 1}, w*1000+i+1); err != nil {
 					t.Error(err)
 					return
 				}

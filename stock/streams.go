@@ -54,32 +54,59 @@ type StreamStats struct {
 // Backlog is the number of orders not yet written to the database.
 func (s StreamStats) Backlog() int64 { return s.Pending + s.Lag }
 
-// Stats returns the stream's figures; zero if the stream does not exist.
-func (e *Engine) Stats(ctx context.Context, activityID int64) (StreamStats, error) {
-	st, err := e.StatsOf(ctx, []int64{activityID})
-	return st[activityID], err
+// add sums two streams' figures.
+func (s StreamStats) add(o StreamStats) StreamStats {
+	return StreamStats{Length: s.Length + o.Length, Pending: s.Pending + o.Pending, Lag: s.Lag + o.Lag}
 }
 
-// StatsOf returns the figures of many activities' streams in two pipelined
-// round trips, whatever their number (zero for a stream that does not
-// exist).
-func (e *Engine) StatsOf(ctx context.Context, ids []int64) (map[int64]StreamStats, error) {
-	out := make(map[int64]StreamStats, len(ids))
+// Stats returns the figures of the activity's streams, summed over its
+// buckets; zero if no stream exists.
+func (e *Engine) Stats(ctx context.Context, a seckill.Activity) (StreamStats, error) {
+	st, err := e.StatsOf(ctx, []seckill.Activity{a})
+	return st[a.ID], err
+}
+
+// StatsOf returns the figures of many activities' streams (summed over
+// each one's buckets) in at most three pipelined round trips, whatever
+// their number (zero for a stream that does not exist).
+func (e *Engine) StatsOf(ctx context.Context, as []seckill.Activity) (map[int64]StreamStats, error) {
+	var keys []string
+	var owner []int64
+	for i := range as {
+		for _, k := range e.layout(&as[i]).keys {
+			keys = append(keys, k.Orders)
+			owner = append(owner, as[i].ID)
+		}
+	}
+	st, err := e.statsOfKeys(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int64]StreamStats, len(as))
+	for i, id := range owner {
+		out[id] = out[id].add(st[i])
+	}
+	return out, nil
+}
+
+// statsOfKeys returns the figures of the streams named by keys, in order,
+// in at most three pipelined round trips.
+func (e *Engine) statsOfKeys(ctx context.Context, keys []string) ([]StreamStats, error) {
+	out := make([]StreamStats, len(keys))
 	pipe := e.rdb.Pipeline()
-	groups := make([]*redis.XInfoGroupsCmd, len(ids))
-	lengths := make([]*redis.IntCmd, len(ids))
-	for i, id := range ids {
-		k := e.Keys(id)
-		groups[i] = pipe.XInfoGroups(ctx, k.Orders)
-		lengths[i] = pipe.XLen(ctx, k.Orders)
+	groups := make([]*redis.XInfoGroupsCmd, len(keys))
+	lengths := make([]*redis.IntCmd, len(keys))
+	for i, k := range keys {
+		groups[i] = pipe.XInfoGroups(ctx, k)
+		lengths[i] = pipe.XLen(ctx, k)
 	}
 	_, _ = pipe.Exec(ctx)
 	// The lag Redis reports can be unknown (-1 after deletions) or, on
 	// embedded servers, wrong; whether anything waits is checked here.
 	pipe = e.rdb.Pipeline()
-	waiting := make(map[int64]*redis.XMessageSliceCmd)
-	lags := make(map[int64]int64)
-	for i, id := range ids {
+	waiting := make(map[int]*redis.XMessageSliceCmd)
+	lags := make(map[int]int64)
+	for i, key := range keys {
 		gs, err := groups[i].Result()
 		if err != nil {
 			if isNoStream(err) {
@@ -101,35 +128,33 @@ func (e *Engine) StatsOf(ctx context.Context, ids []int64) (map[int64]StreamStat
 			if err != nil {
 				return nil, err
 			}
-			waiting[id] = pipe.XRangeN(ctx, e.Keys(id).Orders, next, "+", 1)
-			lags[id] = g.Lag
+			waiting[i] = pipe.XRangeN(ctx, key, next, "+", 1)
+			lags[i] = g.Lag
 		}
-		out[id] = st
+		out[i] = st
 	}
 	if len(waiting) == 0 {
 		return out, nil
 	}
 	_, _ = pipe.Exec(ctx)
-	for id, cmd := range waiting {
+	for i, cmd := range waiting {
 		msgs, err := cmd.Result()
 		if err != nil {
 			return nil, err
 		}
 		if len(msgs) > 0 {
-			st := out[id]
-			st.Lag = max(lags[id], 1)
-			out[id] = st
+			out[i].Lag = max(lags[i], 1)
 		}
 	}
 	return out, nil
 }
 
-// Trim deletes the acknowledged entries of the activity's stream: those
-// below both the lowest pending entry and the group's last delivered one.
-// Unacknowledged entries are never trimmed (XADD MAXLEN would lose them).
-func (e *Engine) Trim(ctx context.Context, activityID int64) (int64, error) {
-	k := e.Keys(activityID)
-	groups, err := e.rdb.XInfoGroups(ctx, k.Orders).Result()
+// Trim deletes the acknowledged entries of an order stream (a bucket's,
+// Keys.Orders): those below both the lowest pending entry and the group's
+// last delivered one. Unacknowledged entries are never trimmed (XADD MAXLEN
+// would lose them).
+func (e *Engine) Trim(ctx context.Context, stream string) (int64, error) {
+	groups, err := e.rdb.XInfoGroups(ctx, stream).Result()
 	if err != nil {
 		if isNoStream(err) {
 			return 0, nil
@@ -149,14 +174,14 @@ func (e *Engine) Trim(ctx context.Context, activityID int64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	p, err := e.rdb.XPending(ctx, k.Orders, Group).Result()
+	p, err := e.rdb.XPending(ctx, stream, Group).Result()
 	if err != nil {
 		return 0, err
 	}
 	if p.Count > 0 {
 		minID = p.Lower
 	}
-	return e.rdb.XTrimMinID(ctx, k.Orders, minID).Result()
+	return e.rdb.XTrimMinID(ctx, stream, minID).Result()
 }
 
 // nextID returns the stream id right after id ("ms-seq", or "ms" for

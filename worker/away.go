@@ -32,19 +32,19 @@ type prober struct {
 	kick  chan struct{} // a stream went away
 	ready chan struct{} // a stream came back: see takeBack
 	mu    sync.Mutex
-	away  map[int64]string // activity id -> stream key
-	back  []int64
+	away  map[streamID]string // -> stream key
+	back  []streamID
 }
 
 func newProber(rdb redis.UniversalClient) *prober {
-	return &prober{rdb: rdb, kick: make(chan struct{}, 1), ready: make(chan struct{}, 1), away: map[int64]string{}}
+	return &prober{rdb: rdb, kick: make(chan struct{}, 1), ready: make(chan struct{}, 1), away: map[streamID]string{}}
 }
 
 // leave sets s away (the caller owns s: the Run loop).
 func (p *prober) leave(s *stream) {
 	s.away, s.hot, s.start = true, false, "0"
 	p.mu.Lock()
-	p.away[s.a.ID] = s.key
+	p.away[s.id] = s.key
 	p.mu.Unlock()
 	select {
 	case p.kick <- struct{}{}:
@@ -52,9 +52,8 @@ func (p *prober) leave(s *stream) {
 	}
 }
 
-// takeBack returns the activities whose streams answered since the last
-// call.
-func (p *prober) takeBack() []int64 {
+// takeBack returns the streams that answered since the last call.
+func (p *prober) takeBack() []streamID {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	back := p.back
@@ -62,8 +61,8 @@ func (p *prober) takeBack() []int64 {
 	return back
 }
 
-// forget drops an activity that is no longer consumed.
-func (p *prober) forget(id int64) {
+// forget drops a stream that is no longer consumed.
+func (p *prober) forget(id streamID) {
 	p.mu.Lock()
 	delete(p.away, id)
 	p.mu.Unlock()
@@ -96,7 +95,7 @@ func (p *prober) run(ctx context.Context) {
 // probe asks each away stream's node once, in one pipeline.
 func (p *prober) probe(ctx context.Context) {
 	p.mu.Lock()
-	ids := make([]int64, 0, len(p.away))
+	ids := make([]streamID, 0, len(p.away))
 	pipe := p.rdb.Pipeline()
 	var cmds []*redis.IntCmd
 	for id, key := range p.away {
@@ -108,7 +107,7 @@ func (p *prober) probe(ctx context.Context) {
 		return
 	}
 	_, _ = pipe.Exec(ctx)
-	var back []int64
+	var back []streamID
 	failed := false
 	for i, c := range cmds {
 		if c.Err() == nil {

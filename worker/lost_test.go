@@ -54,7 +54,7 @@ func (h *ackFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 func TestCommittedThenLost(t *testing.T) {
 	s := newSales(t, 1, 10, time.Hour)
 	a := s.acts[0]
-	k := s.api.Keys(a.ID)
+	k := s.api.Keys(a)[0]
 	ctx := context.Background()
 	rdb := s.api.Client()
 	h := &ackFault{}
@@ -86,7 +86,7 @@ func TestCommittedThenLost(t *testing.T) {
 	start(t, w)
 	grab := func(uid int64) int64 {
 		t.Helper()
-		r, err := s.api.Grab(ctx, a.ID, uid)
+		r, err := s.api.Grab(ctx, a, uid)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -177,7 +177,7 @@ func TestManyActivities(t *testing.T) {
 	for i := 0; i < n; i += 37 {
 		a := s.acts[i]
 		uid := int64(1000 + i)
-		r, err := s.api.Grab(context.Background(), a.ID, uid)
+		r, err := s.api.Grab(context.Background(), a, uid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +186,7 @@ func TestManyActivities(t *testing.T) {
 	// Busy, many at once: every activity gets an order.
 	var ids []int64
 	for i, a := range s.acts {
-		r, err := s.api.Grab(context.Background(), a.ID, int64(1_000_000+i))
+		r, err := s.api.Grab(context.Background(), a, int64(1_000_000+i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +223,7 @@ type cooling struct {
 func (s *sales) watchCooling() *cooling {
 	c := &cooling{flagOf: map[string]int64{}, orderOf: map[string]int64{}, deleted: map[int64]bool{}, cold: map[int64]bool{}}
 	for _, a := range s.acts {
-		k := s.wEngine.Keys(a.ID)
+		k := s.wEngine.Keys(a)[0]
 		c.flagOf[k.Awake], c.orderOf[k.Orders] = a.ID, a.ID
 	}
 	s.wClient.AddHook(c)
@@ -293,10 +293,10 @@ func TestLostWakeup(t *testing.T) {
 	start(t, w)
 	a := s.acts[1]
 	time.Sleep(200 * time.Millisecond) // let the worker go cold
-	if err := s.api.Client().Set(context.Background(), s.api.Keys(a.ID).Awake, "1", 0).Err(); err != nil {
+	if err := s.api.Client().Set(context.Background(), s.api.Keys(a)[0].Awake, "1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.api.Grab(context.Background(), a.ID, 7)
+	r, err := s.api.Grab(context.Background(), a, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestDrain(t *testing.T) {
 	var ids []int64
 	for i := range 400 {
 		a := s.acts[i%len(s.acts)]
-		r, err := s.api.Grab(context.Background(), a.ID, int64(i+1))
+		r, err := s.api.Grab(context.Background(), a, int64(i+1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -326,7 +326,7 @@ func TestDrain(t *testing.T) {
 		}
 	}
 	for _, a := range s.acts {
-		st, err := s.api.Stats(context.Background(), a.ID)
+		st, err := s.api.Stats(context.Background(), a)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -407,7 +407,7 @@ func (s *sales) sell(t *testing.T, ends time.Duration, uid int64, units int64) (
 		a := s.open(t, 1, 5, ends)[0]
 		var ids []int64
 		for u := range units {
-			r, err := s.api.Grab(context.Background(), a.ID, uid+u)
+			r, err := s.api.Grab(context.Background(), a, uid+u)
 			if errors.Is(err, stock.ErrEnded) || errors.Is(err, stock.ErrNotLoaded) {
 				t.Logf("activity %d ended before its grab %d (%v): the machine is slow; opening another", a.ID, u, err)
 				break
@@ -492,7 +492,7 @@ func TestLostReply(t *testing.T) {
 	start(t, w)
 	grab := func(a seckill.Activity, uid int64) int64 {
 		t.Helper()
-		r, err := s.api.Grab(context.Background(), a.ID, uid)
+		r, err := s.api.Grab(context.Background(), a, uid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -514,7 +514,7 @@ func TestLostReply(t *testing.T) {
 	h.dropDel.Store(true)
 	written("order before the failed flag delete", grab(s.acts[1], 3))
 	flag := <-h.hit
-	i := slices.IndexFunc(s.acts, func(a seckill.Activity) bool { return s.api.Keys(a.ID).Awake == flag })
+	i := slices.IndexFunc(s.acts, func(a seckill.Activity) bool { return s.api.Keys(a)[0].Awake == flag })
 	if i < 0 {
 		t.Fatalf("fault on %q, want an awake flag", flag)
 	}
@@ -531,7 +531,7 @@ func TestClaimBacklog(t *testing.T) {
 	ctx := context.Background()
 	var ids []int64
 	for u := range int64(n) {
-		r, err := s.api.Grab(ctx, a.ID, u+1)
+		r, err := s.api.Grab(ctx, a, u+1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -539,7 +539,7 @@ func TestClaimBacklog(t *testing.T) {
 	}
 	// A consumer reads them all and dies.
 	got, err := s.wClient.XReadGroup(ctx, &redis.XReadGroupArgs{Group: stock.Group, Consumer: "dead",
-		Streams: []string{s.api.Keys(a.ID).Orders, ">"}, Count: 2 * n}).Result()
+		Streams: []string{s.api.Keys(a)[0].Orders, ">"}, Count: 2 * n}).Result()
 	if err != nil || len(got) != 1 || len(got[0].Messages) != n {
 		t.Fatalf("the dead consumer read %v, %v; want %d entries", got, err, n)
 	}
@@ -548,7 +548,7 @@ func TestClaimBacklog(t *testing.T) {
 	w := s.worker(Config{Consumer: "w", MaxBatch: 1000, Poll: time.Hour, ClaimIdle: idle, Discover: time.Hour})
 	start(t, w)
 	took := testenv.WaitFor(t, "the dead consumer's backlog written", func() bool {
-		p, err := s.wClient.XPending(ctx, s.api.Keys(a.ID).Orders, stock.Group).Result()
+		p, err := s.wClient.XPending(ctx, s.api.Keys(a)[0].Orders, stock.Group).Result()
 		return err == nil && p.Count == 0
 	})
 	for _, id := range []int64{ids[0], ids[n/2], ids[n-1]} {
@@ -579,7 +579,7 @@ func TestSlowDiscovery(t *testing.T) {
 		Config{Consumer: "w", Poll: time.Hour, ClaimIdle: time.Hour, Discover: 20 * time.Millisecond}, s.log, nil)
 	start(t, w)
 	time.Sleep(300 * time.Millisecond)
-	r, err := s.api.Grab(context.Background(), s.acts[1].ID, 1)
+	r, err := s.api.Grab(context.Background(), s.acts[1], 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,13 +55,13 @@ func TestDeadShard(t *testing.T) {
 	}
 	// The victim is the master of the first activity, unless it holds the
 	// worker's subscription (whose loss is another matter: see Run).
-	victim := master(s.api.Keys(s.acts[0].ID).Orders)
+	victim := master(s.api.Keys(s.acts[0])[0].Orders)
 	if victim == master(s.api.WakeChannel()) {
-		victim = master(s.api.Keys(s.acts[1].ID).Orders)
+		victim = master(s.api.Keys(s.acts[1])[0].Orders)
 	}
 	var dead, live []seckill.Activity
 	for _, a := range s.acts {
-		if master(s.api.Keys(a.ID).Orders) == victim {
+		if master(s.api.Keys(a)[0].Orders) == victim {
 			dead = append(dead, a)
 		} else {
 			live = append(live, a)
@@ -95,7 +95,7 @@ func TestDeadShard(t *testing.T) {
 
 	grab := func(a seckill.Activity, uid int64) int64 {
 		t.Helper()
-		r, err := s.api.Grab(ctx, a.ID, uid)
+		r, err := s.api.Grab(ctx, a, uid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +106,7 @@ func TestDeadShard(t *testing.T) {
 	// next batch to reach it is the victim's. (Written only, it may not be
 	// yet: the database commit comes first.)
 	testenv.WaitFor(t, "a first order written and acknowledged", func() bool {
-		p, err := s.api.Client().XPending(ctx, s.api.Keys(live[0].ID).Orders, stock.Group).Result()
+		p, err := s.api.Client().XPending(ctx, s.api.Keys(live[0])[0].Orders, stock.Group).Result()
 		return s.written(t, first) && err == nil && p.Count == 0
 	})
 
@@ -137,7 +137,7 @@ func TestDeadShard(t *testing.T) {
 	}
 	back := time.Now()
 	testenv.WaitFor(t, "the victim's stream acknowledged once it answers", func() bool {
-		p, err := s.api.Client().XPending(ctx, s.api.Keys(dead[0].ID).Orders, stock.Group).Result()
+		p, err := s.api.Client().XPending(ctx, s.api.Keys(dead[0])[0].Orders, stock.Group).Result()
 		return err == nil && p.Count == 0
 	})
 	t.Logf("the victim's batch acknowledged %v after it answered again", time.Since(back).Round(time.Millisecond))

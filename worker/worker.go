@@ -20,7 +20,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -182,11 +181,20 @@ func New(store seckill.Store, engine *stock.Engine, cfg Config, log *slog.Logger
 // Consumer returns the worker's consumer name.
 func (w *Worker) Consumer() string { return w.cfg.Consumer }
 
-// stream is the worker's state of one activity's order stream.
+// streamID names an order stream: one per bucket of an activity (see
+// stock.BucketKeys).
+type streamID struct {
+	activity int64
+	bucket   int
+}
+
+// stream is the worker's state of one order stream.
 type stream struct {
-	a   seckill.Activity
-	key string
-	log *slog.Logger
+	a     seckill.Activity
+	id    streamID
+	key   string // the bucket's Keys.Orders
+	awake string // and Keys.Awake
+	log   *slog.Logger
 	// start is "0" until this consumer's own pending entries (from an
 	// earlier life under the same name) are read again, then ">".
 	start string
@@ -254,7 +262,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer close(probed); w.prober.run(probing) }()
 	defer func() { stopProbing(); <-probed }()
 
-	streams := map[int64]*stream{}
+	streams := map[streamID]*stream{}
 	retired := map[int64]time.Time{} // deleted from Redis: not consumed again (value: the activity's end)
 	discover := time.NewTicker(w.cfg.Discover)
 	defer discover.Stop()
@@ -397,7 +405,7 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // hot returns the streams to read this round.
-func (w *Worker) hot(streams map[int64]*stream) []*stream {
+func (w *Worker) hot(streams map[streamID]*stream) []*stream {
 	var hot []*stream
 	for _, s := range streams {
 		if s.hot && !s.away {
@@ -408,7 +416,7 @@ func (w *Worker) hot(streams map[int64]*stream) []*stream {
 }
 
 // returned takes back the streams whose node answers again (see away.go).
-func (w *Worker) returned(streams map[int64]*stream) {
+func (w *Worker) returned(streams map[streamID]*stream) {
 	for _, id := range w.prober.takeBack() {
 		if s := streams[id]; s != nil && s.away {
 			s.away, s.hot, s.settled = false, true, false
@@ -458,7 +466,7 @@ func (w *Worker) round(ctx context.Context, ss []*stream, gather bool) (map[*str
 			// comes back reading its own pending entries, as after a
 			// restart.
 			if firstErr == nil && ctx.Err() == nil {
-				firstErr = fmt.Errorf("activity %d: %w", s.a.ID, r.err)
+				firstErr = fmt.Errorf("activity %d (stream %s): %w", s.a.ID, s.key, r.err)
 			}
 			w.prober.leave(s)
 			continue
@@ -644,7 +652,7 @@ func (w *Worker) jobs(work []batch) [][]batch {
 func (w *Worker) sleepFlags(ctx context.Context, ss []*stream) bool {
 	pipe := w.rdb.Pipeline()
 	for _, s := range ss {
-		pipe.Del(ctx, w.engine.Keys(s.a.ID).Awake)
+		pipe.Del(ctx, s.awake)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		if ctx.Err() == nil {
@@ -655,18 +663,19 @@ func (w *Worker) sleepFlags(ctx context.Context, ss []*stream) bool {
 	return true
 }
 
-// woken handles a wake-up message: the activity it names is read next
-// round; one the worker does not know yet is looked up first.
-func (w *Worker) woken(ctx context.Context, m *redis.Message, streams map[int64]*stream, retired map[int64]time.Time) {
+// woken handles a wake-up message: the stream it names (an activity's, or
+// one bucket's: see stock.WakeMessage) is read next round; an activity the
+// worker does not know yet is looked up first.
+func (w *Worker) woken(ctx context.Context, m *redis.Message, streams map[streamID]*stream, retired map[int64]time.Time) {
 	if m == nil {
 		return
 	}
-	id, err := strconv.ParseInt(m.Payload, 10, 64)
+	id, bucket, err := stock.ParseWake(m.Payload)
 	if err != nil {
 		return
 	}
-	w.log.Debug("woken", "activity", id)
-	if s := streams[id]; s != nil {
+	w.log.Debug("woken", "activity", id, "bucket", bucket)
+	if s := streams[streamID{id, bucket}]; s != nil {
 		// Another worker may take the new orders, and die: claims resume.
 		s.hot, s.settled = true, false
 		return
@@ -684,17 +693,23 @@ func (w *Worker) woken(ctx context.Context, m *redis.Message, streams map[int64]
 	w.add(streams, a)
 }
 
-// add starts consuming an activity's stream.
-func (w *Worker) add(streams map[int64]*stream, a seckill.Activity) *stream {
-	s := &stream{a: a, key: w.engine.Keys(a.ID).Orders, log: w.log.With("activity", a.ID),
-		start: "0", hot: true, claimFrom: "0-0"}
-	streams[a.ID] = s
-	return s
+// add starts consuming an activity's streams, one per bucket.
+func (w *Worker) add(streams map[streamID]*stream, a seckill.Activity) {
+	keys := w.engine.Keys(a)
+	for b, k := range keys {
+		log := w.log.With("activity", a.ID)
+		if len(keys) > 1 {
+			log = log.With("bucket", b)
+		}
+		id := streamID{a.ID, b}
+		streams[id] = &stream{a: a, id: id, key: k.Orders, awake: k.Awake, log: log,
+			start: "0", hot: true, claimFrom: "0-0"}
+	}
 }
 
 // discover adds the activities that ended less than Retention ago and
 // drops those that ended before.
-func (w *Worker) discover(ctx context.Context, streams map[int64]*stream, retired map[int64]time.Time) {
+func (w *Worker) discover(ctx context.Context, streams map[streamID]*stream, retired map[int64]time.Time) {
 	since := time.Now().Add(-w.cfg.Retention)
 	acts, err := w.store.Activities(ctx, since)
 	if err != nil {
@@ -704,7 +719,7 @@ func (w *Worker) discover(ctx context.Context, streams map[int64]*stream, retire
 		return
 	}
 	for _, a := range acts {
-		if _, gone := retired[a.ID]; !gone && streams[a.ID] == nil {
+		if _, gone := retired[a.ID]; !gone && streams[streamID{a.ID, 0}] == nil {
 			w.add(streams, a)
 		}
 	}
@@ -724,12 +739,23 @@ func (w *Worker) discover(ctx context.Context, streams map[int64]*stream, retire
 
 // retire deletes the Redis keys of activities that ended more than Retain
 // ago once every order of theirs is written (stock.Engine.Retire).
-func (w *Worker) retire(ctx context.Context, streams map[int64]*stream, retired map[int64]time.Time) {
+func (w *Worker) retire(ctx context.Context, streams map[streamID]*stream, retired map[int64]time.Time) {
 	if w.cfg.Retain < 0 {
 		return
 	}
-	for id, s := range streams {
-		if time.Since(s.a.EndsAt) < w.cfg.Retain || s.hot || s.away {
+	// An activity is retired whole, once every stream of it is quiet.
+	busy := map[int64]bool{}
+	ended := map[int64]*stream{} // an activity's first stream
+	for _, s := range streams {
+		switch {
+		case time.Since(s.a.EndsAt) < w.cfg.Retain || s.hot || s.away:
+			busy[s.a.ID] = true
+		case ended[s.a.ID] == nil || s.id.bucket == 0:
+			ended[s.a.ID] = s
+		}
+	}
+	for id, s := range ended {
+		if busy[id] {
 			continue
 		}
 		done, err := w.engine.Retire(ctx, s.a, w.cfg.Retain)
@@ -741,7 +767,9 @@ func (w *Worker) retire(ctx context.Context, streams map[int64]*stream, retired 
 		}
 		if done {
 			s.log.Info("activity retired from redis: ended and every order written")
-			delete(streams, id)
+			for b := range s.a.BucketCount() {
+				delete(streams, streamID{id, b})
+			}
 			retired[id] = s.a.EndsAt
 		}
 	}
@@ -749,7 +777,7 @@ func (w *Worker) retire(ctx context.Context, streams map[int64]*stream, retired 
 
 // claimTimer returns a channel that fires when the next claim falls due,
 // nil if none will (every stream settled or away), and its stop.
-func (w *Worker) claimTimer(streams map[int64]*stream) (<-chan time.Time, func() bool) {
+func (w *Worker) claimTimer(streams map[streamID]*stream) (<-chan time.Time, func() bool) {
 	var next time.Time
 	for _, s := range streams {
 		if !s.settled && !s.away && (next.IsZero() || s.claimAt.Before(next)) {
@@ -765,7 +793,7 @@ func (w *Worker) claimTimer(streams map[int64]*stream) (<-chan time.Time, func()
 
 // claimDue takes over, for each stream whose time has come, the entries
 // that other consumers left pending longer than ClaimIdle, and writes them.
-func (w *Worker) claimDue(ctx context.Context, streams map[int64]*stream) error {
+func (w *Worker) claimDue(ctx context.Context, streams map[streamID]*stream) error {
 	now := time.Now()
 	var due []*stream
 	for _, s := range streams {
@@ -827,12 +855,12 @@ func (w *Worker) claimDue(ctx context.Context, streams map[int64]*stream) error 
 
 // trim deletes the acknowledged entries of the streams that had any since
 // the last trim.
-func (w *Worker) trim(ctx context.Context, streams map[int64]*stream) {
+func (w *Worker) trim(ctx context.Context, streams map[streamID]*stream) {
 	for _, s := range streams {
 		if !s.dirty || s.away || ctx.Err() != nil {
 			continue
 		}
-		n, err := w.engine.Trim(ctx, s.a.ID)
+		n, err := w.engine.Trim(ctx, s.key)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("trim stream", "err", err)
@@ -851,7 +879,7 @@ func (w *Worker) trim(ctx context.Context, streams map[int64]*stream) {
 // delivered, up to each stream's last entry then (what arrives later is
 // left to the workers that keep running). It gives up after DrainTimeout;
 // whatever is left stays in the streams for another worker.
-func (w *Worker) drain(streams map[int64]*stream) {
+func (w *Worker) drain(streams map[streamID]*stream) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.DrainTimeout)
 	defer cancel()
 	var ss []*stream
@@ -988,13 +1016,17 @@ func (w *Worker) process(ctx context.Context, job []batch) error {
 	// must not hold up the others'.
 	rctx, rcancel := context.WithTimeout(work, redisPatience)
 	defer rcancel()
+	acts := make(map[int64]seckill.Activity, len(job))
+	for _, b := range job {
+		acts[b.s.a.ID] = b.s.a
+	}
 	for i, o := range outcomes {
 		r := reqs[i]
 		if o.Status != seckill.OrderFailed {
 			continue
 		}
 		_, err := retry(rctx, log, func(ctx context.Context) (bool, error) {
-			return w.engine.Compensate(ctx, r.ActivityID, r.UserID, r.OrderID, o.ExistingOrderID)
+			return w.engine.Compensate(ctx, acts[r.ActivityID], r.UserID, r.OrderID, o.ExistingOrderID)
 		})
 		if err != nil {
 			log.Warn("compensation pending", "order", r.OrderID, "err", err)
@@ -1038,7 +1070,7 @@ func (w *Worker) process(ctx context.Context, job []batch) error {
 			// finished them (harmless), or Redis lost the stream, and
 			// perhaps rebuilt the activity from a snapshot taken before
 			// this commit.
-			w.reconcile(work, b.s.a.ID, reqs, outcomes, b.s.log)
+			w.reconcile(work, b.s.a, reqs, outcomes, b.s.log)
 		}
 	}
 	w.metrics.observe(outcomes, time.Since(began))
@@ -1066,7 +1098,7 @@ func (w *Worker) owe(job []batch, reqs []seckill.OrderRequest, outcomes []seckil
 		w.owed.Add(1)
 		go func() {
 			defer w.owed.Done()
-			w.reconcileBuyers(w.owedCtx, b.s.a.ID, buyers, b.s.log)
+			w.reconcileBuyers(w.owedCtx, b.s.a, buyers, b.s.log)
 		}()
 	}
 }
@@ -1085,16 +1117,16 @@ func confirmed(activityID int64, reqs []seckill.OrderRequest, outcomes []seckill
 // reconcile tells Redis about the batch's confirmed orders of the activity
 // that it may not know (stock.Engine.Reconcile), waiting for the activity
 // to be loaded again if Redis lost it.
-func (w *Worker) reconcile(ctx context.Context, activityID int64, reqs []seckill.OrderRequest, outcomes []seckill.Outcome, log *slog.Logger) {
-	w.reconcileBuyers(ctx, activityID, confirmed(activityID, reqs, outcomes), log)
+func (w *Worker) reconcile(ctx context.Context, a seckill.Activity, reqs []seckill.OrderRequest, outcomes []seckill.Outcome, log *slog.Logger) {
+	w.reconcileBuyers(ctx, a, confirmed(a.ID, reqs, outcomes), log)
 }
 
 // reconcileBuyers is reconcile of the given orders, trying again until
 // Redis answers (and has the activity loaded) or ctx ends.
-func (w *Worker) reconcileBuyers(ctx context.Context, activityID int64, confirmed []seckill.Buyer, log *slog.Logger) {
+func (w *Worker) reconcileBuyers(ctx context.Context, a seckill.Activity, confirmed []seckill.Buyer, log *slog.Logger) {
 	b := newBackoff()
 	for ctx.Err() == nil {
-		n, err := w.engine.Reconcile(ctx, activityID, confirmed)
+		n, err := w.engine.Reconcile(ctx, a, confirmed)
 		if err == nil {
 			if n > 0 {
 				log.Warn("redis had lost confirmed orders; reconciled", "units", n)

@@ -27,6 +27,12 @@ type fixture struct {
 
 func newFixture(t *testing.T, stockN int64) *fixture {
 	t.Helper()
+	return newFixtureOf(t, stockN, 1)
+}
+
+// newFixtureOf is newFixture with the stock in buckets.
+func newFixtureOf(t *testing.T, stockN int64, buckets int) *fixture {
+	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "w.db"))
 	if err != nil {
@@ -37,7 +43,8 @@ func newFixture(t *testing.T, stockN int64) *fixture {
 	t.Cleanup(func() { rdb.Close() })
 	e := stock.New(rdb, stock.Config{Prefix: testenv.Prefix(t)})
 	t.Cleanup(e.Close)
-	a := seckill.Activity{Name: "w", Stock: stockN, StartsAt: time.Now().Add(-time.Minute), EndsAt: time.Now().Add(time.Hour)}
+	a := seckill.Activity{Name: "w", Stock: stockN, StartsAt: time.Now().Add(-time.Minute), EndsAt: time.Now().Add(time.Hour),
+		Buckets: buckets}
 	if err := st.CreateActivity(ctx, &a); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +59,7 @@ func (f *fixture) grab(t *testing.T, users ...int64) map[int64]int64 {
 	t.Helper()
 	orders := map[int64]int64{}
 	for _, uid := range users {
-		r, err := f.engine.Grab(context.Background(), f.act.ID, uid)
+		r, err := f.engine.Grab(context.Background(), f.act, uid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +112,7 @@ func (f *fixture) confirmed(t *testing.T) int64 {
 }
 
 func (f *fixture) drained(t *testing.T) bool {
-	st, err := f.engine.Stats(context.Background(), f.act.ID)
+	st, err := f.engine.Stats(context.Background(), f.act)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +136,7 @@ func TestCrashes(t *testing.T) {
 				return false
 			})
 			run(t, dying, crashed.Load)
-			if st, _ := f.engine.Stats(context.Background(), f.act.ID); st.Pending == 0 {
+			if st, _ := f.engine.Stats(context.Background(), f.act); st.Pending == 0 {
 				t.Fatalf("the crash left nothing pending: %+v", st)
 			}
 			wantBefore := int64(0)
@@ -181,7 +188,7 @@ func TestPoison(t *testing.T) {
 	if o.Status != seckill.OrderFailed || o.Reason != seckill.ReasonPoison {
 		t.Errorf("order: got %s/%s, want failed/poison", o.Status, o.Reason)
 	}
-	if n, _ := f.engine.Remaining(context.Background(), f.act.ID); n != 5 {
+	if n, _ := f.engine.Remaining(context.Background(), f.act); n != 5 {
 		t.Errorf("redis remaining: got %d, want 5 (stock given back)", n)
 	}
 }
@@ -218,7 +225,7 @@ func TestSoldOutInDatabase(t *testing.T) {
 			if o.Reason != seckill.ReasonSoldOut {
 				t.Errorf("failure reason %q, want sold_out", o.Reason)
 			}
-			if _, ok, _ := f.engine.PendingOrder(context.Background(), f.act.ID, orders[uid], uid, time.Now()); ok {
+			if _, ok, _ := f.engine.PendingOrder(context.Background(), f.act, orders[uid], uid); ok {
 				t.Errorf("failed order %d still marked in redis", orders[uid])
 			}
 		}
@@ -227,7 +234,7 @@ func TestSoldOutInDatabase(t *testing.T) {
 	if confirmed != 8 || failed != 2 {
 		t.Errorf("got %d confirmed and %d failed, want 8 and 2", confirmed, failed)
 	}
-	if n, _ := f.engine.Remaining(context.Background(), f.act.ID); n != 2 {
+	if n, _ := f.engine.Remaining(context.Background(), f.act); n != 2 {
 		t.Errorf("redis remaining: got %d, want 2 (given back)", n)
 	}
 }

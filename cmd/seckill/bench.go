@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/auth"
 	"github.com/seckilldev/seckill/check"
 	"github.com/seckilldev/seckill/loadgen"
@@ -38,6 +39,7 @@ type benchConfig struct {
 	duration    time.Duration
 	repeat      float64
 	stock       int64
+	buckets     int
 	baseline    bool
 	compare     bool
 	noWorker    bool
@@ -72,6 +74,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.duration, "duration", time.Minute, "bound on the time spent sending (with --baseline and wrk: the length of each run, in whole seconds; default 8s)")
 	fs.Float64Var(&c.repeat, "repeat", 0.2, "share of requests that are a user clicking again, in [0, 0.95]")
 	fs.Int64Var(&c.stock, "stock", 1000, "units on sale")
+	fs.IntVar(&c.buckets, "buckets", 1, "buckets the sales the bench creates split their stock into in Redis (see buckets in POST /api/v1/activities: one sale over several Redis Cluster masters)")
 	fs.BoolVar(&c.baseline, "baseline", false, "measure against a trivial handler in a separate process, in two scenarios (every grab succeeds; after the sell-out), and print ratios; with wrk, 2 baseline runs alternate with 2 grab runs per scenario (medians)")
 	fs.StringVar(&c.generator, "generator", generatorAuto, "with --baseline: the load generator, auto (wrk if on PATH, else go), wrk (a C generator, cheap enough not to skew the ratios; apt-get install wrk) or go (built in; shares the CPUs at a cost close to the service's, so its ratios run higher)")
 	fs.BoolVar(&c.compare, "compare", false, "compare grab strategies (database alone, global lock, per-activity lock, per-user lock, no lock, Lua)")
@@ -102,6 +105,8 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("--repeat: %v is not between 0 and 0.95", c.repeat)
 	case c.stock < 1 || c.stock > 100_000_000:
 		return usagef("--stock: %d is not between 1 and 100000000", c.stock)
+	case c.buckets < 1 || c.buckets > seckill.MaxBuckets:
+		return usagef("--buckets: %d is not between 1 and %d", c.buckets, seckill.MaxBuckets)
 	case c.target != "" && c.activity == 0 && c.adminToken == "":
 		return usagef("--target needs --activity or --admin-token")
 	case c.baseline && c.compare:
@@ -202,7 +207,7 @@ func runBench(ctx context.Context, c benchConfig, stdout, stderr io.Writer) erro
 		return runBaseline(ctx, c, stdout, stderr)
 	}
 	if c.activity == 0 {
-		id, err := createSale(ctx, c.target, c.adminToken, c.stock, time.Now().Add(time.Second), 0)
+		id, err := createSale(ctx, c.target, c.adminToken, c.stock, time.Now().Add(time.Second), 0, c.buckets)
 		if err != nil {
 			return notStarted(err)
 		}
@@ -348,7 +353,7 @@ func runBaseline(ctx context.Context, c benchConfig, stdout, stderr io.Writer) e
 
 	var out []scenario
 	// 1. Every grab succeeds: a stock nobody can exhaust, every user new.
-	id, err := createSale(ctx, c.target, c.adminToken, 100_000_000, time.Now().Add(500*time.Millisecond), 0)
+	id, err := createSale(ctx, c.target, c.adminToken, 100_000_000, time.Now().Add(500*time.Millisecond), 0, c.buckets)
 	if err != nil {
 		return err
 	}
@@ -362,7 +367,7 @@ func runBaseline(ctx context.Context, c benchConfig, stdout, stderr io.Writer) e
 	out = append(out, s)
 
 	// 2. After the sell-out: the common case of a real sale.
-	id, err = createSale(ctx, c.target, c.adminToken, 1, time.Now().Add(500*time.Millisecond), 0)
+	id, err = createSale(ctx, c.target, c.adminToken, 1, time.Now().Add(500*time.Millisecond), 0, c.buckets)
 	if err != nil {
 		return err
 	}

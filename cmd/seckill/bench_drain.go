@@ -237,7 +237,7 @@ func fill(ctx context.Context, rdb redis.UniversalClient, prefix string, a secki
 				if u > int64(n) {
 					return
 				}
-				r, err := e.Grab(ctx, a.ID, u)
+				r, err := e.Grab(ctx, a, u)
 				if err == nil && !r.New {
 					err = fmt.Errorf("user %d already had order %d", u, r.OrderID)
 				}

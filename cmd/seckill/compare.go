@@ -55,6 +55,7 @@ func runCompare(ctx context.Context, c benchConfig, set map[string]bool, stdout,
 	if set["stock"] {
 		cfg.Stock = c.stock
 	}
+	cfg.Buckets = c.buckets
 	if set["users"] {
 		cfg.Users = c.users
 	}

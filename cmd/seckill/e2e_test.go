@@ -169,12 +169,18 @@ func user(uid int64) map[string]string {
 // createActivity creates an open sale and returns its id.
 func (in *instance) createActivity(stock int64, startsIn time.Duration) int64 {
 	in.t.Helper()
+	return in.createBucketed(stock, startsIn, 1)
+}
+
+// createBucketed creates an open sale of buckets buckets and returns its id.
+func (in *instance) createBucketed(stock int64, startsIn time.Duration, buckets int) int64 {
+	in.t.Helper()
 	now := time.Now()
-	body := fmt.Sprintf(`{"name":"e2e","stock":%d,"starts_at":%q,"ends_at":%q}`, stock,
-		now.Add(startsIn).Format(time.RFC3339Nano), now.Add(startsIn+time.Hour).Format(time.RFC3339Nano))
+	body := fmt.Sprintf(`{"name":"e2e","stock":%d,"starts_at":%q,"ends_at":%q,"buckets":%d}`, stock,
+		now.Add(startsIn).Format(time.RFC3339Nano), now.Add(startsIn+time.Hour).Format(time.RFC3339Nano), buckets)
 	r := in.do("POST", "/api/v1/activities", in.admin(), body)
-	if r.status != http.StatusCreated {
-		in.t.Fatalf("create activity: %d %v", r.status, r.body)
+	if r.status != http.StatusCreated || r.body["buckets"] != float64(buckets) {
+		in.t.Fatalf("create activity of %d buckets: %d %v", buckets, r.status, r.body)
 	}
 	return int64(r.body["id"].(float64))
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/stock"
 )
@@ -205,9 +206,10 @@ func TestMultiProcess(t *testing.T) {
 	defer rdb.Close()
 	e := stock.New(rdb, stock.Config{Prefix: prefix})
 	defer e.Close()
+	a := seckill.Activity{ID: id}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		st, err := e.Stats(context.Background(), id)
+		st, err := e.Stats(context.Background(), a)
 		if err == nil && st.Backlog() == 0 {
 			break
 		}
@@ -245,7 +247,7 @@ func TestMultiProcess(t *testing.T) {
 	if err := db.QueryRow(`SELECT remaining FROM activities WHERE id = $1`, id).Scan(&remaining); err != nil {
 		t.Fatal(err)
 	}
-	redisRemaining, err := e.Remaining(context.Background(), id)
+	redisRemaining, err := e.Remaining(context.Background(), a)
 	if err != nil {
 		t.Fatal(err)
 	}

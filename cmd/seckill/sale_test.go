@@ -35,7 +35,7 @@ func dbRemaining(t testing.TB, dbURL string, id int64) int64 {
 
 // TestConcurrentBuyers: 200 concurrent buyers, stock 10: exactly 10
 // confirmed orders, stock 0 in Redis and in the database; on every engine
-// and on Redis Cluster.
+// and on Redis Cluster, with the stock in one bucket and in 16.
 func TestConcurrentBuyers(t *testing.T) {
 	cases := []func(t *testing.T) backend{
 		func(t *testing.T) backend { return backend{"sqlite", redisURL(t), sqliteURL(t)} },
@@ -51,37 +51,43 @@ func TestConcurrentBuyers(t *testing.T) {
 			t.Parallel()
 			be := cases[i](t)
 			in := startServe(t, be, testenv.Prefix(t))
-			id := in.createActivity(10, 0)
-			users := make([]int64, 200)
-			for i := range users {
-				users[i] = int64(i + 1)
-			}
-			answered, statuses := in.crowd(id, users)
-			if statuses[http.StatusAccepted] != 10 || statuses[http.StatusConflict] != 190 {
-				t.Errorf("replies: got %v, want 10 accepted and 190 sold out", statuses)
-			}
-			orders := map[string]int64{}
-			for uid, ids := range answered {
-				for oid := range ids {
-					orders[oid] = uid
-				}
-			}
-			confirmed := 0
-			for _, s := range in.waitOrders(orders) {
-				if s == "confirmed" {
-					confirmed++
-				}
-			}
-			if confirmed != 10 {
-				t.Errorf("confirmed orders: got %d, want 10", confirmed)
-			}
-			if got := in.activity(id)["remaining"].(float64); got != 0 {
-				t.Errorf("remaining in redis: got %v, want 0", got)
-			}
-			if got := dbRemaining(t, be.dbURL, id); got != 0 {
-				t.Errorf("remaining in the database: got %d, want 0", got)
+			for _, buckets := range []int{1, 16} {
+				concurrentBuyers(t, in, be, buckets)
 			}
 		})
+	}
+}
+
+func concurrentBuyers(t *testing.T, in *instance, be backend, buckets int) {
+	id := in.createBucketed(10, 0, buckets)
+	users := make([]int64, 200)
+	for i := range users {
+		users[i] = int64(i + 1)
+	}
+	answered, statuses := in.crowd(id, users)
+	if statuses[http.StatusAccepted] != 10 || statuses[http.StatusConflict] != 190 {
+		t.Errorf("%d buckets: replies: got %v, want 10 accepted and 190 sold out", buckets, statuses)
+	}
+	orders := map[string]int64{}
+	for uid, ids := range answered {
+		for oid := range ids {
+			orders[oid] = uid
+		}
+	}
+	confirmed := 0
+	for _, s := range in.waitOrders(orders) {
+		if s == "confirmed" {
+			confirmed++
+		}
+	}
+	if confirmed != 10 {
+		t.Errorf("%d buckets: confirmed orders: got %d, want 10", buckets, confirmed)
+	}
+	if got := in.activity(id)["remaining"].(float64); got != 0 {
+		t.Errorf("%d buckets: remaining in redis: got %v, want 0", buckets, got)
+	}
+	if got := dbRemaining(t, be.dbURL, id); got != 0 {
+		t.Errorf("%d buckets: remaining in the database: got %d, want 0", buckets, got)
 	}
 }
 
@@ -90,32 +96,36 @@ func TestConcurrentBuyers(t *testing.T) {
 func TestOneUserFiftyClicks(t *testing.T) {
 	be := backend{"sqlite", redisURL(t), sqliteURL(t)}
 	in := startServe(t, be, testenv.Prefix(t))
-	for _, stockN := range []int64{1, 100} {
-		id := in.createActivity(stockN, 0)
+	for _, c := range []struct {
+		stockN  int64
+		buckets int
+	}{{1, 1}, {100, 1}, {1, 16}, {100, 16}} {
+		stockN := c.stockN
+		id := in.createBucketed(stockN, 0, c.buckets)
 		users := make([]int64, 50)
 		for i := range users {
 			users[i] = 4242
 		}
 		answered, statuses := in.crowd(id, users)
 		if len(answered[4242]) != 1 {
-			t.Fatalf("stock %d: the user was told of %d orders: %v (replies %v)", stockN, len(answered[4242]), answered, statuses)
+			t.Fatalf("stock %d (%d buckets): the user was told of %d orders: %v (replies %v)", stockN, c.buckets, len(answered[4242]), answered, statuses)
 		}
 		if statuses[http.StatusAccepted] != 1 || statuses[http.StatusOK] != 49 {
-			t.Errorf("stock %d: replies %v, want one 202 and 49 200", stockN, statuses)
+			t.Errorf("stock %d (%d buckets): replies %v, want one 202 and 49 200", stockN, c.buckets, statuses)
 		}
 		for oid := range answered[4242] {
 			if s := in.waitOrders(map[string]int64{oid: 4242})[oid]; s != "confirmed" {
-				t.Errorf("stock %d: order status %s", stockN, s)
+				t.Errorf("stock %d (%d buckets): order status %s", stockN, c.buckets, s)
 			}
 			// Clicking again names the order and claims no state of it (it
 			// said "pending" of confirmed and paid orders).
 			r := in.grab(id, 4242)
 			if _, claims := r.body["status"]; r.status != http.StatusOK || r.body["order_id"] != oid || claims {
-				t.Errorf("stock %d: a click on a confirmed order: %d %v, want 200 with the order id only", stockN, r.status, r.body)
+				t.Errorf("stock %d (%d buckets): a click on a confirmed order: %d %v, want 200 with the order id only", stockN, c.buckets, r.status, r.body)
 			}
 		}
 		if got := dbRemaining(t, be.dbURL, id); got != stockN-1 {
-			t.Errorf("stock %d: remaining in the database %d, want %d", stockN, got, stockN-1)
+			t.Errorf("stock %d (%d buckets): remaining in the database %d, want %d", stockN, c.buckets, got, stockN-1)
 		}
 	}
 }
@@ -209,8 +219,15 @@ func TestRebuildAfterRedisLoss(t *testing.T) {
 	if n, err := rdb.Get(context.Background(), ks.Stock).Int64(); n != 1 {
 		t.Errorf("rebuilt remaining after one more grab: got %d (%v), want 1", n, err)
 	}
-	users := []int64{3, 4, 5, 6, 7}
-	answered, _ := in.crowd(id, users)
+	answered, _ := in.crowd(id, []int64{3, 4, 5, 6, 7})
+	soldOutAfter(t, in, be, id, orders, answered, 3)
+}
+
+// soldOutAfter waits for the orders and those a crowd was answered, and
+// checks that want of them end confirmed and the database has no unit
+// left.
+func soldOutAfter(t *testing.T, in *instance, be backend, id int64, orders map[string]int64, answered map[int64]map[string]bool, want int) {
+	t.Helper()
 	for uid, ids := range answered {
 		for o := range ids {
 			orders[o] = uid
@@ -222,10 +239,61 @@ func TestRebuildAfterRedisLoss(t *testing.T) {
 			confirmed++
 		}
 	}
-	if confirmed != 3 {
-		t.Errorf("confirmed orders after the rebuild: got %d, want 3", confirmed)
+	if confirmed != want {
+		t.Errorf("confirmed orders after the rebuild: got %d, want %d", confirmed, want)
 	}
 	if got := dbRemaining(t, be.dbURL, id); got != 0 {
 		t.Errorf("database remaining: %d, want 0", got)
 	}
+}
+
+// TestRebuildBuckets: Redis loses every bucket of a 16-bucket sale; the
+// service rebuilds them from the database, its buyers in their home
+// buckets, and sells exactly the rest.
+func TestRebuildBuckets(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	be := backend{"sqlite", "redis://" + srv.Addr, sqliteURL(t)}
+	in := startServe(t, be, testenv.Prefix(t))
+	id := in.createBucketed(20, 0, 16)
+	first, _ := in.crowd(id, []int64{1, 2, 3, 4, 5})
+	orders := map[string]int64{}
+	for uid, ids := range first {
+		for oid := range ids {
+			orders[oid] = uid
+		}
+	}
+	in.waitOrders(orders)
+
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := in.grab(id, 6)
+	deadline := time.Now().Add(10 * time.Second)
+	for r.status == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		r = in.grab(id, 6)
+	}
+	if r.status != http.StatusAccepted {
+		t.Fatalf("a new buyer after the rebuild: got %d %v, want 202", r.status, r.body)
+	}
+	orders[r.body["order_id"].(string)] = 6
+	for oid, uid := range orders {
+		if uid == 6 {
+			continue
+		}
+		if again := in.grab(id, uid); again.status != http.StatusOK || again.body["order_id"] != oid {
+			t.Errorf("buyer %d after the rebuild: got %d %v, want 200 with order %s", uid, again.status, again.body, oid)
+		}
+	}
+	users := make([]int64, 60)
+	for i := range users {
+		users[i] = int64(100 + i)
+	}
+	answered, statuses := in.crowd(id, users)
+	if statuses[http.StatusAccepted] != 14 {
+		t.Errorf("after the rebuild: replies %v, want 14 accepted (20 less the 6 sold)", statuses)
+	}
+	soldOutAfter(t, in, be, id, orders, answered, 20)
 }

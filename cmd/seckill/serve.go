@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/dashboard"
 	"github.com/seckilldev/seckill/httpapi"
 	"github.com/seckilldev/seckill/internal/lazyconn"
@@ -280,14 +281,9 @@ func describeDB(rawURL string) string {
 }
 
 // liveActivities lists the activities that have not ended long ago.
-func liveActivities(bk *backends) func(ctx context.Context) ([]int64, error) {
-	return func(ctx context.Context) ([]int64, error) {
-		acts, err := bk.store.Activities(ctx, time.Now().Add(-time.Hour))
-		ids := make([]int64, len(acts))
-		for i, a := range acts {
-			ids[i] = a.ID
-		}
-		return ids, err
+func liveActivities(bk *backends) func(ctx context.Context) ([]seckill.Activity, error) {
+	return func(ctx context.Context) ([]seckill.Activity, error) {
+		return bk.store.Activities(ctx, time.Now().Add(-time.Hour))
 	}
 }
 

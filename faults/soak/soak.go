@@ -266,7 +266,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Result, error) {
 			return nil, fmt.Errorf("soak: %w", err)
 		}
 	}
-	id, err := c.CreateActivity(ctx, "soak "+cfg.Prefix, cfg.Stock, 24*time.Hour)
+	id, err := c.CreateActivity(ctx, "soak "+cfg.Prefix, cfg.Stock, 24*time.Hour, 0)
 	if err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
 	}

@@ -10,11 +10,14 @@
 --                 borrow), and an order's entry is found from its id alone
 -- KEYS[5] awake   string set while a worker reads the stream. When a grab is
 --                 accepted and it is absent, this script sets it and
---                 publishes the activity id on ARGV[1], waking the workers:
+--                 publishes ARGV[2] on ARGV[1], waking the workers:
 --                 one message per idle-to-busy change, none under load.
--- ARGV[1] the workers' wake-up channel  ARGV[2] the activity id
+-- ARGV[1] the workers' wake-up channel  ARGV[2] the wake-up message: the
+--         activity id, and "/<bucket>" in an activity of several buckets
 -- ARGV[3] "1" if a WAIT follows this call (the engine's AckReplicas), else "0"
--- ARGV[4], ...       the uid of each grab (decimal strings)
+-- ARGV[4] the activity's number of buckets n  ARGV[5] this bucket b
+-- ARGV[6], ...       the uid of each grab (decimal strings), whose home
+--                    bucket this is (see bucket.go)
 --
 -- WAIT covers the writes of its own connection only. With ARGV[3] = "1", a
 -- call that takes nothing but answers an existing order (or has no uids at
@@ -22,10 +25,12 @@
 -- earlier write, so the WAIT that follows covers the existing orders too,
 -- whichever connection wrote them.
 --
--- Order ids are issued here, per activity: local = max(seq + 1,
--- (now - starts_ms) << 3), 36 bits of milliseconds and 3 of sequence; more
--- than 8 orders in a millisecond borrow from the next one, so locals only
--- grow and so do the entry ids (XADD refuses an id not above the last).
+-- Order ids are issued here, per bucket: local = the first id at or above
+-- max(seq + 1, (now - starts_ms) << 3) that is b modulo n (with one
+-- bucket, that id itself), 36 bits of milliseconds and 3 of sequence; more
+-- orders in a millisecond than it has ids for borrow from the next one, so
+-- locals only grow and so do the entry ids (XADD refuses an id not above
+-- the last). The buckets' ids never meet, and name their bucket.
 -- The caller prefixes the activity id (seckill.OrderID). Every number this
 -- script handles stays below 2^53, exact in a Lua double, and goes out as
 -- a decimal string made by string.format('%d'): Redis' Lua 5.1 would turn
@@ -52,12 +57,14 @@ end
 
 local seq = tonumber(meta[3]) or 0
 local base = (now - starts) * 8
+local n, b = tonumber(ARGV[4]), tonumber(ARGV[5])
 local out = {0, 0}
 local taken = 0
-local held = #ARGV == 3
-for i = 4, #ARGV do
+local held = #ARGV == 5
+for i = 6, #ARGV do
   local uid = ARGV[i]
   local id = math.max(seq + 1, base)
+  id = id + (b - id) % n
   local idStr = string.format('%d', id)
   -- While stock lasts, one HSETNX both checks and records the buyer.
   if remaining - taken > 0 and redis.call('HSETNX', KEYS[3], uid, idStr) == 1 then

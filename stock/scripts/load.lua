@@ -16,6 +16,8 @@
 -- ARGV[5] consumer group name
 -- ARGV[6] the highest local order id the activity is known to have used
 --         (in the database, among the buyers), "0" if none
+-- ARGV[7], ARGV[8] the bucket's transfer counters in and out (see
+--         borrow.go), "0" but for a bucket loaded while others are held
 --
 -- The staged receipts replace any receipt set left from before: Redis lost
 -- the activity, and the snapshot holds every return committed before it.
@@ -58,4 +60,7 @@ local ok = pcall(redis.call, 'XGROUP', 'CREATE', KEYS[3], ARGV[5], '0', 'MKSTREA
 local t = redis.call('TIME')
 redis.call('HSET', KEYS[1], 'starts_ms', ARGV[1], 'ends_ms', ARGV[2], 'stock', ARGV[3],
   'seq', string.format('%d', seq), 'epoch', string.format('%d', t[1] * 1000000 + t[2]))
+if ARGV[7] ~= '0' or ARGV[8] ~= '0' then
+  redis.call('HSET', KEYS[1], 'in', ARGV[7], 'out', ARGV[8])
+end
 return 1

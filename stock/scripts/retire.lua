@@ -1,11 +1,13 @@
--- retire.lua: delete every key of an activity that ended at least the
--- retention ago, once no order of it waits in its stream. Nothing can be
+-- retire.lua: delete every key of an activity (of one bucket of it) that
+-- ended at least the retention ago, once no order of it waits in its
+-- stream. Nothing can be
 -- added to the stream after the end (grab.lua refuses by the same clock),
 -- so the caller's check that nothing is undelivered stays true; this script
 -- checks again that nothing is delivered and unacknowledged.
 --
 -- KEYS[1] meta  KEYS[2] stock  KEYS[3] buyers  KEYS[4] orders  KEYS[5] debt
--- KEYS[6] awake  KEYS[7] returned
+-- KEYS[6] awake  KEYS[7] returned  KEYS[8] journal  KEYS[9] credits (of a
+-- bucket, see borrow.go)
 -- ARGV[1] consumer group  ARGV[2] the activity's end, unix ms
 -- ARGV[3] retention in ms
 --
@@ -22,5 +24,5 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
     return 0
   end
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])
 return 1

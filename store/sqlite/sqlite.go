@@ -219,10 +219,11 @@ func (s *Store) CreateActivity(ctx context.Context, a *seckill.Activity) error {
 		return err
 	}
 	a.StartsAt, a.EndsAt = sqlstore.Millis(a.StartsAt), sqlstore.Millis(a.EndsAt)
-	const q = `INSERT INTO activities (name, stock, remaining, starts_at, ends_at, pay_within_ms, rebuy) VALUES (?, ?, ?, ?, ?, ?, ?)`
+	a.Buckets = a.BucketCount()
+	const q = `INSERT INTO activities (name, stock, remaining, starts_at, ends_at, pay_within_ms, rebuy, buckets) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 	var id int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, q, a.Name, a.Stock, a.Stock, text(a.StartsAt), text(a.EndsAt), a.PayWithin.Milliseconds(), a.Rebuy)
+		res, err := tx.ExecContext(ctx, q, a.Name, a.Stock, a.Stock, text(a.StartsAt), text(a.EndsAt), a.PayWithin.Milliseconds(), a.Rebuy, a.Buckets)
 		if err == nil {
 			id, err = res.LastInsertId()
 		}

@@ -27,9 +27,14 @@ const window = time.Hour
 // rebuy option.
 func newSale(t testing.TB, s seckill.Store, stock int64, payWithin time.Duration, rebuy bool) seckill.Activity {
 	t.Helper()
+	return newSaleOf(t, s, seckill.Activity{Stock: stock, PayWithin: payWithin, Rebuy: rebuy})
+}
+
+// newSaleOf creates activity a, named "sale" and open for a day from 2030.
+func newSaleOf(t testing.TB, s seckill.Store, a seckill.Activity) seckill.Activity {
+	t.Helper()
 	starts := time.Date(2030, 1, 1, 9, 0, 0, 0, time.UTC)
-	a := seckill.Activity{Name: "sale", Stock: stock, StartsAt: starts, EndsAt: starts.Add(24 * time.Hour),
-		PayWithin: payWithin, Rebuy: rebuy}
+	a.Name, a.StartsAt, a.EndsAt = "sale", starts, starts.Add(24*time.Hour)
 	if err := s.CreateActivity(context.Background(), &a); err != nil {
 		t.Fatalf("CreateActivity: %v", err)
 	}
@@ -229,7 +234,7 @@ func testCancel(t *testing.T, s seckill.Store) {
 	got, ret, err := s.Cancel(ctx, 1, 1, now)
 	want := o
 	want.Status, want.ClosedAt = seckill.OrderCancelled, now.UTC().Truncate(time.Millisecond)
-	wantRet := seckill.Return{OrderID: 1, ActivityID: a.ID, UserID: 1, Status: seckill.OrderCancelled, Rebuy: true, ReturnedAt: want.ClosedAt}
+	wantRet := seckill.Return{OrderID: 1, ActivityID: a.ID, UserID: 1, Status: seckill.OrderCancelled, Rebuy: true, Buckets: 1, ReturnedAt: want.ClosedAt}
 	if err != nil || got != want || ret != wantRet {
 		t.Fatalf("Cancel = %+v, %+v, %v;\nwant %+v, %+v", got, ret, err, want, wantRet)
 	}
@@ -295,7 +300,8 @@ func testCancelRefusals(t *testing.T, s seckill.Store) {
 
 func testExpire(t *testing.T, s seckill.Store) {
 	ctx := context.Background()
-	a := newSale(t, s, 10, window, true)
+	// a's stock is in buckets: its returns say so.
+	a := newSaleOf(t, s, seckill.Activity{Stock: 10, PayWithin: window, Rebuy: true, Buckets: 4})
 	b := newSale(t, s, 10, 2*window, false)
 	none := newSale(t, s, 10, 0, true)
 	os := confirm(t, s, a, 1, 2, 3, 4)
@@ -320,7 +326,7 @@ func testExpire(t *testing.T, s seckill.Store) {
 	if err != nil || len(rets) != 1 || rets[0].OrderID != 1 {
 		t.Fatalf("Expire(limit 1) = %+v, %v; want order 1", rets, err)
 	}
-	want := seckill.Return{OrderID: 1, ActivityID: a.ID, UserID: 1, Status: seckill.OrderExpired, Rebuy: true, ReturnedAt: at}
+	want := seckill.Return{OrderID: 1, ActivityID: a.ID, UserID: 1, Status: seckill.OrderExpired, Rebuy: true, Buckets: 4, ReturnedAt: at}
 	if rets[0] != want {
 		t.Errorf("return = %+v, want %+v", rets[0], want)
 	}
@@ -811,7 +817,7 @@ func testPendingReturns(t *testing.T, s seckill.Store) {
 		t.Fatal(err)
 	}
 	r := func(id int64, act seckill.Activity, st seckill.OrderStatus, at time.Time) seckill.Return {
-		return seckill.Return{OrderID: id, ActivityID: act.ID, UserID: id, Status: st, Rebuy: act.Rebuy, ReturnedAt: at}
+		return seckill.Return{OrderID: id, ActivityID: act.ID, UserID: id, Status: st, Rebuy: act.Rebuy, Buckets: act.Buckets, ReturnedAt: at}
 	}
 	all := []seckill.Return{
 		r(2, a, seckill.OrderCancelled, now), r(1, a, seckill.OrderCancelled, now.Add(time.Second)), r(3, b, seckill.OrderExpired, os[0].PayBy),

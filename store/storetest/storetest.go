@@ -165,6 +165,7 @@ func testCreateActivity(t *testing.T, s seckill.Store) {
 		ID: a.ID, Name: "秒杀 iPhone ✓", Stock: seckill.MaxStock, Remaining: seckill.MaxStock,
 		StartsAt: time.Date(2030, 1, 2, 12, 4, 5, 123_000_000, time.UTC),
 		EndsAt:   time.Date(2030, 1, 2, 13, 34, 5, 123_000_000, time.UTC),
+		Buckets:  1, // 0 means 1, and is stored as such
 	}
 	if a.ID <= 0 {
 		t.Errorf("ID = %d, want > 0", a.ID)
@@ -182,6 +183,17 @@ func testCreateActivity(t *testing.T, s seckill.Store) {
 	}
 	if b.ID == a.ID {
 		t.Errorf("second activity got the same id %d", b.ID)
+	}
+	c := seckill.Activity{Name: "c", Stock: 5, StartsAt: starts, EndsAt: starts.Add(time.Hour), Buckets: seckill.MaxBuckets}
+	if err := s.CreateActivity(ctx, &c); err != nil {
+		t.Fatalf("CreateActivity(c): %v", err)
+	}
+	if got, err := s.Activity(ctx, c.ID); err != nil || got.Buckets != seckill.MaxBuckets {
+		t.Errorf("Activity(c) = %+v, %v; want %d buckets", got, err, seckill.MaxBuckets)
+	}
+	c.Buckets = seckill.MaxBuckets + 1
+	if err := s.CreateActivity(ctx, &c); seckill.ErrorCode(err) != seckill.EINVALID {
+		t.Errorf("CreateActivity with %d buckets: %v, want %s", c.Buckets, err, seckill.EINVALID)
 	}
 	if got, err := s.Activity(ctx, b.ID); err != nil || got.Name != b.Name || !got.EndsAt.Equal(b.EndsAt) {
 		t.Errorf("Activity(b) = %+v, %v; want %+v", got, err, b)

@@ -98,6 +98,25 @@ function statesText(a) {
   return s.length ? s.map(([k, n]) => `${k} ${fmt(n)}`).join(" · ") : "none yet";
 }
 
+// drawBuckets shows what is left in each bucket of a sale of several, one
+// bar each, as high as its share of the fullest.
+function drawBuckets(a) {
+  const el = $("buckets");
+  const b = a.buckets || [];
+  el.hidden = b.length < 2;
+  if (el.hidden) return;
+  while (el.children.length > b.length) el.lastChild.remove();
+  while (el.children.length < b.length) el.append(document.createElement("span"));
+  const top = Math.max(1, ...b);
+  b.forEach((n, i) => {
+    const bar = el.children[i];
+    bar.style.height = `${Math.max(2, (100 * n) / top)}%`;
+    bar.title = `bucket ${i}: ${fmt(n)} left`;
+    bar.className = n === 0 ? "empty" : "";
+  });
+  el.title = `${b.length} buckets`;
+}
+
 function render() {
   const f = last;
   if (!f) return;
@@ -123,6 +142,7 @@ function render() {
     $("activity-window").textContent = `${new Date(a.starts_at).toLocaleString("en-GB")} → ${new Date(a.ends_at).toLocaleTimeString("en-GB")}`;
     $("remaining-redis").textContent = a.redis_remaining == null ? "not loaded" : fmt(a.redis_remaining);
     $("remaining-of").textContent = `of ${fmt(a.stock)}`;
+    drawBuckets(a);
     $("remaining-db").textContent = fmt(a.db_remaining);
     $("backlog").textContent = fmt(a.backlog);
     $("lag").textContent = fmt(a.lag);

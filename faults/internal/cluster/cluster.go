@@ -241,12 +241,17 @@ func (c *Cluster) URLs() []string {
 	return urls
 }
 
-// CreateActivity creates a sale of stock units, open from now for the
-// duration given, through the first API that answers.
-func (c *Cluster) CreateActivity(ctx context.Context, name string, stock int64, open time.Duration) (int64, error) {
+// CreateActivity creates a sale of stock units in buckets buckets (0: the
+// service's default), open from now for the duration given, through the
+// first API that answers.
+func (c *Cluster) CreateActivity(ctx context.Context, name string, stock int64, open time.Duration, buckets int) (int64, error) {
 	now := time.Now().UTC()
-	body, _ := json.Marshal(map[string]any{"name": name, "stock": stock,
-		"starts_at": now.Add(-time.Second).Format(time.RFC3339Nano), "ends_at": now.Add(open).Format(time.RFC3339Nano)})
+	sale := map[string]any{"name": name, "stock": stock,
+		"starts_at": now.Add(-time.Second).Format(time.RFC3339Nano), "ends_at": now.Add(open).Format(time.RFC3339Nano)}
+	if buckets > 0 {
+		sale["buckets"] = buckets
+	}
+	body, _ := json.Marshal(sale)
 	var last error
 	for _, a := range c.APIs() {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, a.URL+"/api/v1/activities", bytes.NewReader(body))

@@ -54,15 +54,36 @@ func (c *Checker) Backlog(ctx context.Context, activityID int64) (check.Stream, 
 	return check.StreamStatus(ctx, c.Redis, c.Prefix, activityID)
 }
 
-// PendingOf returns the number of entries of the activity's stream that
-// consumer holds unacknowledged: a worker with a batch in hand.
+// PendingOf returns the number of entries of the activity's streams (one
+// per bucket) that consumer holds unacknowledged: a worker with a batch in
+// hand.
 func (c *Checker) PendingOf(ctx context.Context, activityID int64, consumer string) (int64, error) {
-	key := stock.KeysFor(c.Prefix, activityID).Orders
-	p, err := c.Redis.XPending(ctx, key, stock.Group).Result()
+	keys, err := c.keys(ctx, activityID)
 	if err != nil {
 		return 0, err
 	}
-	return p.Consumers[consumer], nil
+	var n int64
+	for _, k := range keys {
+		p, err := c.Redis.XPending(ctx, k.Orders, stock.Group).Result()
+		if err != nil {
+			return 0, err
+		}
+		n += p.Consumers[consumer]
+	}
+	return n, nil
+}
+
+// keys returns the keys of every bucket of the activity.
+func (c *Checker) keys(ctx context.Context, activityID int64) ([]stock.Keys, error) {
+	n, err := check.BucketsOf(ctx, c.Redis, c.Prefix, activityID)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]stock.Keys, n)
+	for b := range n {
+		keys[b] = stock.BucketKeys(c.Prefix, activityID, n, b)
+	}
+	return keys, nil
 }
 
 // Check runs every invariant of package check against the answers, and
@@ -99,11 +120,14 @@ type Sampler struct {
 }
 
 // Sample starts sampling the activity's remaining stock every interval
-// until Stop.
+// until Stop: in Redis, the lowest of its buckets'.
 func (c *Checker) Sample(activityID int64, every time.Duration) *Sampler {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Sampler{cancel: cancel, done: make(chan struct{})}
-	key := stock.KeysFor(c.Prefix, activityID).Stock
+	keys, err := c.keys(ctx, activityID)
+	if err != nil {
+		keys = []stock.Keys{stock.KeysFor(c.Prefix, activityID)}
+	}
 	q := "SELECT remaining FROM activities WHERE id = " + strconv.FormatInt(activityID, 10)
 	go func() {
 		defer close(s.done)
@@ -111,7 +135,7 @@ func (c *Checker) Sample(activityID int64, every time.Duration) *Sampler {
 		defer t.Stop()
 		for {
 			rctx, rcancel := context.WithTimeout(ctx, time.Second)
-			rv, rerr := c.Redis.Get(rctx, key).Int64()
+			rv, rerr := lowest(rctx, c.Redis, keys)
 			var dv int64
 			derr := c.DB.QueryRowContext(rctx, q).Scan(&dv)
 			rcancel()
@@ -146,6 +170,27 @@ func (c *Checker) Sample(activityID int64, every time.Duration) *Sampler {
 		}
 	}()
 	return s
+}
+
+// lowest reads the stock of each bucket, and returns the lowest.
+func lowest(ctx context.Context, rdb redis.UniversalClient, keys []stock.Keys) (int64, error) {
+	pipe := rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Get(ctx, k.Stock)
+	}
+	_, _ = pipe.Exec(ctx)
+	var low int64
+	for i, c := range cmds {
+		v, err := c.Int64()
+		if err != nil {
+			return 0, err
+		}
+		if i == 0 || v < low {
+			low = v
+		}
+	}
+	return low, nil
 }
 
 func minFirst(cur, v, n int64) int64 {

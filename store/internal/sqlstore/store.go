@@ -79,12 +79,12 @@ const (
 )
 
 // activityColumns are the columns scanActivity reads, in its order.
-const activityColumns = `id, name, stock, remaining, starts_at, ends_at, pay_within_ms, rebuy`
+const activityColumns = `id, name, stock, remaining, starts_at, ends_at, pay_within_ms, rebuy, buckets`
 
 func scanActivity(row Row) (seckill.Activity, error) {
 	var a seckill.Activity
 	var payMS int64
-	err := row.Scan(&a.ID, &a.Name, &a.Stock, &a.Remaining, TimeDest(&a.StartsAt), TimeDest(&a.EndsAt), &payMS, &a.Rebuy)
+	err := row.Scan(&a.ID, &a.Name, &a.Stock, &a.Remaining, TimeDest(&a.StartsAt), TimeDest(&a.EndsAt), &payMS, &a.Rebuy, &a.Buckets)
 	a.PayWithin = time.Duration(payMS) * time.Millisecond
 	return a, err
 }
@@ -165,10 +165,11 @@ func lastOrderID(ctx context.Context, c Conn, activityID int64) (int64, error) {
 }
 
 // orderRow is an order as the lifecycle reads it: with its activity's
-// rebuy and, for a returned order, when it was returned.
+// rebuy and buckets and, for a returned order, when it was returned.
 type orderRow struct {
 	seckill.Order
 	rebuy      bool
+	buckets    int
 	returnedAt time.Time
 }
 
@@ -177,13 +178,13 @@ type orderRow struct {
 // rank makes the answer deterministic anyway.
 const orderQuery = `
 SELECT 1 AS rnk, o.activity_id, o.user_id, o.status, '' AS reason, o.created_at,
-       o.pay_by, o.paid_at, o.payment_ref, o.pay_key, o.closed_at, a.rebuy, r.returned_at
+       o.pay_by, o.paid_at, o.payment_ref, o.pay_key, o.closed_at, a.rebuy, a.buckets, r.returned_at
 FROM orders o
 JOIN activities a ON a.id = o.activity_id
 LEFT JOIN order_returns r ON r.order_id = o.id
 WHERE o.id = ?
 UNION ALL
-SELECT 2, activity_id, user_id, 'failed', reason, created_at, NULL, NULL, NULL, NULL, NULL, FALSE, NULL
+SELECT 2, activity_id, user_id, 'failed', reason, created_at, NULL, NULL, NULL, NULL, NULL, FALSE, 1, NULL
 FROM order_failures WHERE order_id = ?
 ORDER BY rnk
 LIMIT 1`
@@ -195,7 +196,7 @@ func (s *Store) order(ctx context.Context, c Conn, id int64) (orderRow, bool, er
 	var ref, key sql.NullString
 	err := c.QueryRow(ctx, orderQuery, id, id).Scan(&rank, &o.ActivityID, &o.UserID, &o.Status, &o.Reason,
 		TimeDest(&o.CreatedAt), TimeDest(&o.PayBy), TimeDest(&o.PaidAt), &ref, &key, TimeDest(&o.ClosedAt),
-		&o.rebuy, TimeDest(&o.returnedAt))
+		&o.rebuy, &o.buckets, TimeDest(&o.returnedAt))
 	if errors.Is(err, sql.ErrNoRows) {
 		return orderRow{}, false, nil
 	} else if err != nil {
@@ -443,7 +444,7 @@ func cancelOutcome(o orderRow, ok bool, id, uid int64) (seckill.Order, seckill.R
 // ret is the return of a returned order.
 func (o orderRow) ret() seckill.Return {
 	return seckill.Return{OrderID: o.ID, ActivityID: o.ActivityID, UserID: o.UserID, Status: o.Status,
-		Rebuy: o.rebuy, ReturnedAt: o.returnedAt}
+		Rebuy: o.rebuy, Buckets: o.buckets, ReturnedAt: o.returnedAt}
 }
 
 // holderClause is the SET clause that frees the buyer of a returned order
@@ -456,17 +457,23 @@ func holderClause(rebuy bool) string {
 	return ``
 }
 
+// returnFacts is what a return needs of its activity.
+type returnFacts struct {
+	rebuy   bool
+	buckets int
+}
+
 // lockActivities locks the activity rows of ids, which are sorted, and
-// records the rebuy of each in rebuy if it is not nil.
-func (s *Store) lockActivities(ctx context.Context, c Conn, ids []int64, rebuy map[int64]bool) error {
+// records the returnFacts of each in facts if it is not nil.
+func (s *Store) lockActivities(ctx context.Context, c Conn, ids []int64, facts map[int64]returnFacts) error {
 	cond, args := s.d.in("id", ids)
-	q := `SELECT id, rebuy FROM activities WHERE ` + cond + ` ORDER BY id` + s.d.forUpdate
+	q := `SELECT id, rebuy, buckets FROM activities WHERE ` + cond + ` ORDER BY id` + s.d.forUpdate
 	return c.Query(ctx, q, args, func(row Row) error {
 		var id int64
-		var r bool
-		err := row.Scan(&id, &r)
-		if rebuy != nil {
-			rebuy[id] = r
+		var f returnFacts
+		err := row.Scan(&id, &f.rebuy, &f.buckets)
+		if facts != nil {
+			facts[id] = f
 		}
 		return err
 	})
@@ -533,8 +540,8 @@ func (s *Store) Expire(ctx context.Context, f seckill.Fence, now time.Time, limi
 		}
 		slices.Sort(activities)
 		activities = slices.Compact(activities)
-		rebuy := make(map[int64]bool, len(activities))
-		if err := s.lockActivities(ctx, c, activities, rebuy); err != nil {
+		facts := make(map[int64]returnFacts, len(activities))
+		if err := s.lockActivities(ctx, c, activities, facts); err != nil {
 			return err
 		}
 
@@ -545,7 +552,7 @@ func (s *Store) Expire(ctx context.Context, f seckill.Fence, now time.Time, limi
 		err = c.Query(ctx, qLock, append(args, s.d.time(now)), func(row Row) error {
 			r := seckill.Return{Status: seckill.OrderExpired, ReturnedAt: at}
 			err := row.Scan(&r.OrderID, &r.ActivityID, &r.UserID)
-			r.Rebuy = rebuy[r.ActivityID]
+			r.Rebuy, r.Buckets = facts[r.ActivityID].rebuy, facts[r.ActivityID].buckets
 			rets = append(rets, r)
 			return err
 		})
@@ -663,7 +670,7 @@ func validLimit(limit int) error {
 // its argument, along their index (exported for the engines' tests, which
 // show the plan).
 const PendingReturnsQuery = `
-SELECT r.order_id, r.activity_id, r.user_id, r.status, a.rebuy, r.returned_at
+SELECT r.order_id, r.activity_id, r.user_id, r.status, a.rebuy, a.buckets, r.returned_at
 FROM order_returns r JOIN activities a ON a.id = r.activity_id
 WHERE r.restocked_at IS NULL
 ORDER BY r.returned_at, r.order_id
@@ -678,7 +685,7 @@ func (s *Store) PendingReturns(ctx context.Context, limit int) ([]seckill.Return
 	var rets []seckill.Return
 	err := s.db.Query(ctx, PendingReturnsQuery, []any{limit}, func(row Row) error {
 		var r seckill.Return
-		err := row.Scan(&r.OrderID, &r.ActivityID, &r.UserID, &r.Status, &r.Rebuy, TimeDest(&r.ReturnedAt))
+		err := row.Scan(&r.OrderID, &r.ActivityID, &r.UserID, &r.Status, &r.Rebuy, &r.Buckets, TimeDest(&r.ReturnedAt))
 		rets = append(rets, r)
 		return err
 	})

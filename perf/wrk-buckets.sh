@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# What splitting one sale's stock into buckets costs on one Redis: wrk against `seckill serve`
+# (with its worker, on PostgreSQL) on a sale of 1 bucket and a sale of BUCKETS buckets,
+# alternating (ABBA) ROUNDS times, 8 s each, 64 connections, every grab succeeding (stock
+# 100,000,000: the runs never sell it out; a new user per request). For each run: the grab rate,
+# and Redis' CPU per accepted grab (used_cpu_user + used_cpu_sys of INFO cpu, over the run, by
+# the 202s of the run). Prints the medians and the ratios buckets/one bucket. Run from the root:
+#   perf/wrk-buckets.sh                    # BUCKETS=16 ROUNDS=3 DUR=8s CONN=64
+#   SECKILL_BIN=/path/to/seckill perf/wrk-buckets.sh   # a binary built before
+# Needs: wrk, curl, python3, redis-server, redis-cli, PostgreSQL on 127.0.0.1:5432 (user
+# postgres, trust). The wrk script is perf/grab.lua.
+set -u
+T=$(mktemp -d); pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; sleep 0.5; for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  psql -qAt -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS wrk_buckets WITH (FORCE)" >/dev/null 2>&1; rm -rf "$T"; }
+trap cleanup EXIT
+GRAB_LUA=$(cd "$(dirname "$0")" && pwd)/grab.lua
+BUCKETS=${BUCKETS:-16}; ROUNDS=${ROUNDS:-3}; DUR=${DUR:-8s}; CONN=${CONN:-64}
+for c in wrk curl redis-server redis-cli psql python3; do command -v $c >/dev/null || { echo "$c missing"; exit 1; }; done
+if [ -n "${SECKILL_BIN:-}" ]; then cp "$SECKILL_BIN" $T/seckill; else go build -o $T/seckill ./cmd/seckill || exit 1; fi
+port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+RP=$(port); SP=$(port)
+redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir $T --daemonize no >$T/redis.log 2>&1 & pids+=($!)
+psql -qAt -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS wrk_buckets WITH (FORCE)" -c "CREATE DATABASE wrk_buckets" >/dev/null || exit 1
+sleep 0.5
+$T/seckill serve --listen 127.0.0.1:$SP --redis redis://127.0.0.1:$RP/0 --db "postgres://postgres@127.0.0.1:5432/wrk_buckets?sslmode=disable" \
+  --admin-token perf-admin-token-0123456789abcdef >$T/serve.log 2>&1 & pids+=($!)
+for i in $(seq 100); do curl -fs http://127.0.0.1:$SP/healthz >/dev/null && break; sleep 0.2; done
+mk() { curl -s -X POST http://127.0.0.1:$SP/api/v1/activities -H 'Authorization: Bearer perf-admin-token-0123456789abcdef' -H 'Content-Type: application/json' \
+  -d "{\"name\":\"perf\",\"stock\":100000000,\"buckets\":$1,\"starts_at\":\"$(date -u -d '-5 sec' +%FT%TZ)\",\"ends_at\":\"$(date -u -d '+1 hour' +%FT%TZ)\"}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["id"])'; }
+A=$(mk 1) && B=$(mk $BUCKETS) || { echo "cannot create activities"; tail -5 $T/serve.log; exit 1; }
+rcpu() { redis-cli -p $RP info cpu | awk -F: '/^used_cpu_(user|sys):/{s+=$2} END{printf "%.6f", s}'; }
+# run ID USER_BASE: prints "req/s requests redis_cpu_seconds"
+run() {
+  c0=$(rcpu)
+  out=$(wrk -t1 -c$CONN -d$DUR --latency -s "$GRAB_LUA" http://127.0.0.1:$SP -- /api/v1/activities/$1/grab $2 2>&1)
+  c1=$(rcpu); echo "$out" >> $T/wrk.log
+  rate=$(echo "$out" | awk '/Requests\/sec/{print $2}')
+  reqs=$(echo "$out" | awk '/requests in/{print $1}')
+  bad=$(echo "$out" | awk '/Non-2xx/{print $NF}')
+  echo "$rate $((reqs - ${bad:-0})) $(python3 -c "print($c1-$c0)")"
+}
+one=(); many=(); u=0
+for r in $(seq $ROUNDS); do
+  order="1 $BUCKETS"; [ $((r % 2)) = 0 ] && order="$BUCKETS 1" # ABBA
+  for n in $order; do
+    u=$((u+1)); id=$A; [ $n != 1 ] && id=$B
+    res=$(run $id $((u*10000000)))
+    echo "round $r, $n bucket(s): $res (req/s, accepted, redis cpu s)" >&2
+    if [ $n = 1 ]; then one+=("$res"); else many+=("$res"); fi
+  done
+done
+grep -E 'Non-2xx|Socket errors' $T/wrk.log | sort | uniq -c
+python3 - "$BUCKETS" "$(printf '%s;' "${one[@]}")" "$(printf '%s;' "${many[@]}")" <<'PY'
+import sys,statistics as st
+n=sys.argv[1]
+def parse(s): return [tuple(map(float,x.split())) for x in s.split(';') if x.strip()]
+one,many=parse(sys.argv[2]),parse(sys.argv[3])
+r1,rn=st.median(x[0] for x in one),st.median(x[0] for x in many)
+c1,cn=st.median(1e6*x[2]/x[1] for x in one),st.median(1e6*x[2]/x[1] for x in many)
+print(f"grab rate: 1 bucket {r1:.0f} req/s, {n} buckets {rn:.0f} req/s: {rn/r1:.3f}x")
+print(f"redis cpu per accepted grab: 1 bucket {c1:.2f} us, {n} buckets {cn:.2f} us: {cn/c1:.3f}x")
+PY

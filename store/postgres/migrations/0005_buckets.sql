@@ -1,0 +1,5 @@
+-- activities.buckets splits an activity's stock in Redis into that many
+-- buckets, each under a hash tag of its own (see package stock): one sale
+-- over several Redis Cluster masters. Existing activities have one.
+ALTER TABLE activities ADD COLUMN IF NOT EXISTS buckets INTEGER NOT NULL DEFAULT 1
+    CONSTRAINT activities_buckets_check CHECK (buckets BETWEEN 1 AND 256);
