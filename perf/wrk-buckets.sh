@@ -30,15 +30,20 @@ mk() { curl -s -X POST http://127.0.0.1:$SP/api/v1/activities -H 'Authorization:
   -d "{\"name\":\"perf\",\"stock\":100000000,\"buckets\":$1,\"starts_at\":\"$(date -u -d '-5 sec' +%FT%TZ)\",\"ends_at\":\"$(date -u -d '+1 hour' +%FT%TZ)\"}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["id"])'; }
 A=$(mk 1) && B=$(mk $BUCKETS) || { echo "cannot create activities"; tail -5 $T/serve.log; exit 1; }
 rcpu() { redis-cli -p $RP info cpu | awk -F: '/^used_cpu_(user|sys):/{s+=$2} END{printf "%.6f", s}'; }
-# run ID USER_BASE: prints "req/s requests redis_cpu_seconds"
+# cmdstats FILE: each command's calls and usec (INFO commandstats), one per line
+cmdstats() { redis-cli -p $RP info commandstats | tr -d '\r' | sed -n 's/^cmdstat_\([^:]*\):calls=\([0-9]*\),usec=\([0-9]*\),.*/\1 \2 \3/p' | sort > "$1"; }
+# run ID USER_BASE: prints "req/s requests redis_cpu_seconds"; each command's calls and usec per
+# accepted grab go to $T/cmds
 run() {
-  c0=$(rcpu)
+  c0=$(rcpu); cmdstats $T/before
   out=$(wrk -t1 -c$CONN -d$DUR --latency -s "$GRAB_LUA" http://127.0.0.1:$SP -- /api/v1/activities/$1/grab $2 2>&1)
-  c1=$(rcpu); echo "$out" >> $T/wrk.log
+  c1=$(rcpu); cmdstats $T/after; echo "$out" >> $T/wrk.log
   rate=$(echo "$out" | awk '/Requests\/sec/{print $2}')
   reqs=$(echo "$out" | awk '/requests in/{print $1}')
   bad=$(echo "$out" | awk '/Non-2xx/{print $NF}')
   echo "$rate $((reqs - ${bad:-0})) $(python3 -c "print($c1-$c0)")"
+  join -a2 $T/before $T/after | awk -v n=$((reqs - ${bad:-0})) -v id=$1 \
+    'NF==5{printf "%s %s %.3f %.3f\n", id, $1, ($4-$2)/n, ($5-$3)/n} NF==3{printf "%s %s %.3f %.3f\n", id, $1, $2/n, $3/n}' >> $T/cmds
 }
 one=(); many=(); u=0
 for r in $(seq $ROUNDS); do
@@ -51,6 +56,9 @@ for r in $(seq $ROUNDS); do
   done
 done
 grep -E 'Non-2xx|Socket errors' $T/wrk.log | sort | uniq -c
+# Per accepted grab, averaged over the runs: each command's calls and Redis microseconds.
+echo "per accepted grab (calls, us), activity $A (1 bucket) and $B ($BUCKETS buckets):"
+awk '{c[$1" "$2]+=$3; u[$1" "$2]+=$4; k[$1" "$2]++} END{for (x in c) printf "  %-28s %8.3f %8.3f\n", x, c[x]/k[x], u[x]/k[x]}' $T/cmds | sort -k1,1n -k4,4nr
 python3 - "$BUCKETS" "$(printf '%s;' "${one[@]}")" "$(printf '%s;' "${many[@]}")" <<'PY'
 import sys,statistics as st
 n=sys.argv[1]

@@ -20,22 +20,53 @@ type noRetry struct{ *redis.Cmd }
 
 func (noRetry) NoRetry() bool { return true }
 
-// grabArgs starts the arguments of a grab.lua call of bucket b of the
-// activity's n (keys k), before the uids: EVALSHA sha 5 keys... wake
-// message, ack, n, b, with room for a batch. A combiner goroutine boxes
-// them once, not once per call.
-func (e *Engine) grabArgs(activityID int64, n, b int, k Keys) []any {
+// grabCall builds the arguments of grab.lua calls of one activity: EVALSHA
+// sha 5G keys... channel ack n, then each group's bucket, wake-up message,
+// count and uids (see the script). A combiner goroutine keeps one, which
+// boxes each bucket's keys and strings once, on first use, not once per
+// call.
+type grabCall struct {
+	e     *Engine
+	s     *shards
+	args  []any
+	head  [3]any   // channel, ack, n
+	keys  [][5]any // by bucket: meta, stock, buyers, orders, awake (nil: not yet)
+	group [][2]any // by bucket: b, wake-up message
+}
+
+func (e *Engine) newGrabCall(s *shards) *grabCall {
 	ack := "0"
 	if e.cfg.AckReplicas > 0 {
 		ack = "1"
 	}
-	args := make([]any, 0, grabHead+e.cfg.MaxBatch)
-	return append(args, "evalsha", grabScript.Hash(), 5, k.Meta, k.Stock, k.Buyers, k.Orders, k.Awake,
-		e.WakeChannel(), WakeMessage(activityID, n, b), ack, strconv.Itoa(n), strconv.Itoa(b))
+	n := len(s.keys)
+	return &grabCall{e: e, s: s, args: make([]any, 0, 3+8+e.cfg.MaxBatch),
+		head: [3]any{e.WakeChannel(), ack, strconv.Itoa(n)}, keys: make([][5]any, n), group: make([][2]any, n)}
 }
 
-// grabHead is the length of grabArgs' result.
-const grabHead = 13
+// build returns the arguments of one call for the groups, each the grabs
+// of one bucket (a group of no grab: the call rewrites the bucket's meta,
+// see barrier). The result is valid until the next build.
+func (g *grabCall) build(groups [][]*grabReq, buckets []int) []any {
+	a := append(g.args[:0], "evalsha", grabScript.Hash(), 5*len(buckets))
+	for _, b := range buckets {
+		if g.keys[b][0] == nil {
+			k := g.s.keys[b]
+			g.keys[b] = [5]any{k.Meta, k.Stock, k.Buyers, k.Orders, k.Awake}
+			g.group[b] = [2]any{strconv.Itoa(b), WakeMessage(g.s.id, len(g.s.keys), b)}
+		}
+		a = append(a, g.keys[b][:]...)
+	}
+	a = append(a, g.head[:]...)
+	for i, b := range buckets {
+		a = append(a, g.group[b][0], g.group[b][1], strconv.Itoa(len(groups[i])))
+		for _, r := range groups[i] {
+			a = append(a, strconv.FormatInt(r.uid, 10))
+		}
+	}
+	g.args = a
+	return a
+}
 
 // WakeMessage is what grab.lua publishes on WakeChannel when it wakes the
 // workers for bucket b of an activity of n buckets: the activity id, and
@@ -62,7 +93,7 @@ func ParseWake(msg string) (activityID int64, b int, err error) {
 	return activityID, b, nil
 }
 
-// callGrab runs grab.lua once with args (see grabArgs; the uids follow),
+// callGrab runs grab.lua once with args (see grabCall),
 // sending EVAL if the server does not hold the script. With AckReplicas it
 // sends WAIT after the script on the same connection, and unconfirmed is
 // the reason the replicas did not confirm it (nil if they did). args[0:2]
@@ -122,7 +153,7 @@ func (e *Engine) sendGrab(ctx context.Context, args []any) (any, error, error) {
 // meta, and WAIT follows), or an error wrapping ErrOutcomeUnknown if they
 // do not confirm it in time.
 func (e *Engine) barrier(ctx context.Context, s *shards, b int) error {
-	_, unconfirmed, err := e.callGrab(ctx, e.grabArgs(s.id, len(s.keys), b, s.keys[b]))
+	_, unconfirmed, err := e.callGrab(ctx, e.newGrabCall(s).build([][]*grabReq{nil}, []int{b}))
 	switch {
 	case err != nil:
 		return classify(err)

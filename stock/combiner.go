@@ -1,8 +1,9 @@
 package stock
 
 import (
+	"cmp"
 	"context"
-	"strconv"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,7 +12,10 @@ import (
 // combiner batches the concurrent grabs of one activity: each of its
 // goroutines takes whatever is queued (up to MaxBatch) and sends it as one
 // script call. Nothing waits for a batch to fill, so a lone grab goes out at
-// once and a crowd shares round trips.
+// once and a crowd shares round trips. On a single Redis one combiner
+// serves every bucket of an activity, its calls a group of grabs a bucket
+// (grab.lua); on a Cluster, whose scripts run on one slot, each bucket has
+// its own.
 //
 // Its goroutines end after CombinerIdle without a grab (see retire), so a
 // shop's hundreds of past sales leave no goroutine behind; the next grab of
@@ -19,9 +23,8 @@ import (
 type combiner struct {
 	e     *Engine
 	id    int64
-	b     int     // the bucket
+	b     int     // the bucket, or -1: every bucket
 	s     *shards // the activity's buckets
-	keys  Keys    // the bucket's
 	queue chan *grabReq
 
 	// users counts the grabs that took this combiner (under e.mu) and have
@@ -33,6 +36,7 @@ type combiner struct {
 
 type grabReq struct {
 	uid  int64
+	b    int // the user's home bucket
 	res  Result
 	err  error
 	done chan struct{}
@@ -41,9 +45,9 @@ type grabReq struct {
 var reqPool = sync.Pool{New: func() any { return &grabReq{done: make(chan struct{}, 1)} }}
 
 // enqueue puts a grab in the queue; it gives up only if ctx ends first.
-func (c *combiner) enqueue(ctx context.Context, uid int64) (*grabReq, error) {
+func (c *combiner) enqueue(ctx context.Context, uid int64, b int) (*grabReq, error) {
 	r := reqPool.Get().(*grabReq)
-	r.uid, r.res, r.err = uid, Result{}, nil
+	r.uid, r.b, r.res, r.err = uid, b, Result{}, nil
 	select {
 	case c.queue <- r:
 		return r, nil
@@ -66,7 +70,7 @@ func (r *grabReq) wait() (Result, error) {
 
 func (c *combiner) run() {
 	batch := make([]*grabReq, 0, c.e.cfg.MaxBatch)
-	args := c.e.grabArgs(c.id, len(c.s.keys), c.b, c.keys)
+	call := c.e.newGrabCall(c.s)
 	idle := time.NewTimer(c.e.cfg.CombinerIdle)
 	defer idle.Stop()
 	for {
@@ -92,35 +96,42 @@ func (c *combiner) run() {
 				break fill
 			}
 		}
-		args = c.serve(batch, args)
+		c.serve(batch, call)
 		idle.Reset(c.e.cfg.CombinerIdle)
 	}
 }
 
-// serve sends one batch, in one script call (args: grabArgs', reused), and
-// answers its grabs. In an activity of several buckets, grabs that found
-// their bucket empty wait while the combiner borrows units from the other
-// buckets, and go again; only when borrow proves the whole sale sold out
-// are they told so. It returns args for the next batch.
-func (c *combiner) serve(batch []*grabReq, args []any) []any {
-	var short []*grabReq // the grabs the bucket had no unit for
+// serve sends one batch in one script call, a group of grabs a bucket,
+// and answers its grabs. In an activity of several buckets, grabs that
+// found their bucket empty wait while the combiner borrows units for it
+// from the other buckets, and go again; only when borrow proves the whole
+// sale sold out are they told so. It sorts batch by bucket.
+func (c *combiner) serve(batch []*grabReq, call *grabCall) {
+	var groups [][]*grabReq
+	var buckets, sizes []int
 	for round := 0; ; round++ {
-		args = args[:grabHead]
-		for _, r := range batch {
-			args = append(args, strconv.FormatInt(r.uid, 10))
+		slices.SortStableFunc(batch, func(x, y *grabReq) int { return cmp.Compare(x.b, y.b) })
+		groups, buckets, sizes = groups[:0], buckets[:0], sizes[:0]
+		for i := 0; i < len(batch); {
+			j := i + 1
+			for j < len(batch) && batch[j].b == batch[i].b {
+				j++
+			}
+			groups, buckets, sizes = append(groups, batch[i:j]), append(buckets, batch[i].b), append(sizes, j-i)
+			i = j
 		}
-		reply, unconfirmed, err := c.e.callGrab(context.Background(), args)
+		reply, unconfirmed, err := c.e.callGrab(context.Background(), call.build(groups, buckets))
 		var res []Result
 		var errs []error
 		if err == nil {
-			res, errs, err = decodeBatch(c.id, reply, len(batch))
+			res, errs, err = decodeGroups(c.id, reply, sizes)
 		}
 		if err != nil {
 			err = classify(err)
 		} else if unconfirmed != nil {
 			unconfirmed = ackedOutcome(unconfirmed)
 		}
-		short = short[:0]
+		var short []*grabReq // the grabs their bucket had no unit for, by bucket
 		for i, r := range batch {
 			switch {
 			case err != nil:
@@ -140,19 +151,27 @@ func (c *combiner) serve(batch []*grabReq, args []any) []any {
 			}
 			r.done <- struct{}{}
 		}
-		if len(short) == 0 {
-			return args
-		}
-		if err := c.e.borrow(context.Background(), c.s, c.b, len(short)); err != nil {
-			for _, r := range short {
-				r.res, r.err = Result{}, err
-				r.done <- struct{}{}
+		// Each bucket that ran short borrows; its grabs go again, or are
+		// told why not.
+		batch = short[:0]
+		for i := 0; i < len(short); {
+			j := i + 1
+			for j < len(short) && short[j].b == short[i].b {
+				j++
 			}
-			return args
+			if err := c.e.borrow(context.Background(), c.s, short[i].b, j-i); err != nil {
+				for _, r := range short[i:j] {
+					r.res, r.err = Result{}, err
+					r.done <- struct{}{}
+				}
+			} else {
+				batch = append(batch, short[i:j]...)
+			}
+			i = j
 		}
-		// The answered grabs' requests are back in the pool: batch keeps
-		// only the short ones, in a slice of its own.
-		batch = append(make([]*grabReq, 0, len(short)), short...)
+		if len(batch) == 0 {
+			return
+		}
 	}
 }
 

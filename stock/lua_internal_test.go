@@ -49,7 +49,7 @@ func TestScriptsExactAt2p53(t *testing.T) {
 			}
 
 			reply, err := grabScript.Run(ctx, rdb, []string{k.Meta, k.Stock, k.Buyers, k.Orders, k.Awake},
-				"wake", "1", "0", "1", "0", "101", "102", "103").Slice()
+				"wake", "0", "1", "0", "1", "3", "101", "102", "103").Slice()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -127,9 +127,12 @@ type Engine struct {
 	layoutsMu sync.Mutex
 	layouts   map[shardsKey]*shards
 	borrows   borrowStats
+	// oneNode: every key is on one server (not a Cluster), so one script
+	// call may take the grabs of several buckets.
+	oneNode bool
 }
 
-// shard names one bucket of an activity.
+// shard names one bucket of an activity (b -1: all of them).
 type shard struct {
 	id int64
 	b  int
@@ -158,6 +161,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Engine {
 	}
 	e := &Engine{rdb: rdb, cfg: cfg, quit: make(chan struct{}), combiners: map[shard]*combiner{}, layouts: map[shardsKey]*shards{}}
 	e.reload.cc, _ = rdb.(*redis.ClusterClient)
+	_, e.oneNode = rdb.(*redis.Client)
 	return e
 }
 
@@ -256,8 +260,9 @@ func (e *Engine) grab(ctx context.Context, a *seckill.Activity, uid int64) (Resu
 		e.closing.RUnlock()
 		return Result{}, errClosed
 	}
-	c := e.combiner(a, Home(uid, a.BucketCount()))
-	r, err := c.enqueue(ctx, uid)
+	b := Home(uid, a.BucketCount())
+	c := e.combiner(a, b)
+	r, err := c.enqueue(ctx, uid, b)
 	c.users.Add(-1)
 	e.closing.RUnlock()
 	if err != nil {
@@ -266,15 +271,19 @@ func (e *Engine) grab(ctx context.Context, a *seckill.Activity, uid int64) (Resu
 	return r.wait()
 }
 
-// combiner returns the combiner of bucket b of activity a, counted as used
-// until the caller's grab is queued (the caller then decrements users),
-// and makes sure its goroutines run: it creates the combiner on first use,
-// and restarts goroutines that ended while it was idle. The caller holds
-// e.closing for reading.
+// combiner returns the combiner of bucket b of activity a (on a single
+// Redis, the one of every bucket), counted as used until the caller's grab
+// is queued (the caller then decrements users), and makes sure its
+// goroutines run: it creates the combiner on first use, and restarts
+// goroutines that ended while it was idle. The caller holds e.closing for
+// reading.
 func (e *Engine) combiner(a *seckill.Activity, b int) *combiner {
+	key := shard{a.ID, b}
+	if e.oneNode {
+		key.b = -1
+	}
 	// The common case, a crowd on a running combiner, shares the lock:
 	// retire, which could end its goroutines, waits for it.
-	key := shard{a.ID, b}
 	e.mu.RLock()
 	if c := e.combiners[key]; c != nil && c.running >= e.cfg.Pipelines {
 		c.users.Add(1)
@@ -287,7 +296,7 @@ func (e *Engine) combiner(a *seckill.Activity, b int) *combiner {
 	c := e.combiners[key]
 	if c == nil {
 		s := e.layout(a)
-		c = &combiner{e: e, id: a.ID, b: b, s: s, keys: s.keys[b], queue: make(chan *grabReq, 4*e.cfg.MaxBatch)}
+		c = &combiner{e: e, id: a.ID, b: key.b, s: s, queue: make(chan *grabReq, 4*e.cfg.MaxBatch)}
 		e.combiners[key] = c
 	}
 	c.users.Add(1)
@@ -324,52 +333,70 @@ var (
 	ErrEnded      = seckill.Errorf(seckill.EENDED, "the sale has ended")
 )
 
-// decodeBatch turns grab.lua's reply into one result or error per request.
-func decodeBatch(activityID int64, reply any, n int) ([]Result, []error, error) {
+// decodeGroups turns grab.lua's reply into one result or error per grab,
+// the groups' grabs one after the other; sizes holds each group's number
+// of grabs.
+func decodeGroups(activityID int64, reply any, sizes []int) ([]Result, []error, error) {
 	arr, ok := reply.([]any)
-	if !ok || len(arr) < 2 {
+	if !ok {
 		return nil, nil, fmt.Errorf("stock: unexpected grab reply %v", reply)
 	}
-	status, _ := arr[0].(int64)
-	remaining, _ := arr[1].(int64)
-	res := make([]Result, n)
-	errs := make([]error, n)
-	var batchErr error
-	switch status {
-	case statusOK:
-		if len(arr) != 2+2*n {
-			return nil, nil, fmt.Errorf("stock: grab reply has %d elements for %d grabs", len(arr), n)
-		}
-	case statusNotLoaded:
-		batchErr = ErrNotLoaded
-	case statusNotStarted:
-		batchErr = ErrNotStarted
-	case statusEnded:
-		batchErr = ErrEnded
-	default:
-		return nil, nil, fmt.Errorf("stock: unexpected grab status %d", status)
+	total := 0
+	for _, n := range sizes {
+		total += n
 	}
-	for i := range n {
-		res[i].Remaining = remaining
-		if batchErr != nil {
-			errs[i] = batchErr
-			continue
+	res := make([]Result, total)
+	errs := make([]error, total)
+	pos, at := 0, 0
+	for _, n := range sizes {
+		if pos+2 > len(arr) {
+			return nil, nil, fmt.Errorf("stock: grab reply has %d elements for %d groups", len(arr), len(sizes))
 		}
-		code, _ := arr[2+2*i].(int64)
-		localStr, _ := arr[3+2*i].(string)
-		switch code {
-		case codeNew, codeExists:
-			oid, err := orderID(activityID, localStr)
-			if err != nil {
-				errs[i] = err
+		status, _ := arr[pos].(int64)
+		remaining, _ := arr[pos+1].(int64)
+		pos += 2
+		var groupErr error
+		switch status {
+		case statusOK:
+			if pos+2*n > len(arr) {
+				return nil, nil, fmt.Errorf("stock: grab reply has %d elements for %d grabs", len(arr), total)
+			}
+		case statusNotLoaded:
+			groupErr = ErrNotLoaded
+		case statusNotStarted:
+			groupErr = ErrNotStarted
+		case statusEnded:
+			groupErr = ErrEnded
+		default:
+			return nil, nil, fmt.Errorf("stock: unexpected grab status %d", status)
+		}
+		for i := at; i < at+n; i++ {
+			res[i].Remaining = remaining
+			if groupErr != nil {
+				errs[i] = groupErr
 				continue
 			}
-			res[i].OrderID, res[i].New = oid, code == codeNew
-		case codeSoldOut:
-			errs[i] = ErrSoldOut
-		default:
-			errs[i] = fmt.Errorf("stock: unexpected grab code %d", code)
+			code, _ := arr[pos].(int64)
+			localStr, _ := arr[pos+1].(string)
+			pos += 2
+			switch code {
+			case codeNew, codeExists:
+				oid, err := orderID(activityID, localStr)
+				if err != nil {
+					errs[i] = err
+					continue
+				}
+				res[i].OrderID, res[i].New = oid, code == codeNew
+			case codeSoldOut:
+				errs[i] = ErrSoldOut
+			default:
+				errs[i] = fmt.Errorf("stock: unexpected grab code %d", code)
+			}
 		}
+		at += n
+	}
+	if pos != len(arr) {
+		return nil, nil, fmt.Errorf("stock: grab reply has %d elements, %d read", len(arr), pos)
 	}
 	return res, errs, nil
 }
