@@ -26,7 +26,6 @@ func (noRetry) NoRetry() bool { return true }
 // boxes each bucket's keys and strings once, on first use, not once per
 // call.
 type grabCall struct {
-	e     *Engine
 	s     *shards
 	args  []any
 	head  [3]any   // channel, ack, n
@@ -40,7 +39,7 @@ func (e *Engine) newGrabCall(s *shards) *grabCall {
 		ack = "1"
 	}
 	n := len(s.keys)
-	return &grabCall{e: e, s: s, args: make([]any, 0, 3+8+e.cfg.MaxBatch),
+	return &grabCall{s: s, args: make([]any, 0, 3+8+e.cfg.MaxBatch),
 		head: [3]any{e.WakeChannel(), ack, strconv.Itoa(n)}, keys: make([][5]any, n), group: make([][2]any, n)}
 }
 
