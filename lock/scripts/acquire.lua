@@ -82,6 +82,9 @@ if room(st, spec) then
 end
 if wait then
 	enqueue(tok, t, ttl, lease, spec, md)
+	if st.v then
+		mark(st.v) -- a plain mutex: its release must read the line
+	end
 end
 local first = redis.call('pttl', K)
 for _, h in pairs(st.live) do

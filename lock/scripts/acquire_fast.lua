@@ -11,6 +11,7 @@ do
 		if type(v) == 'string' and string.sub(v, 1, #tok + 1) ~= tok .. ' ' then
 			if how == '1' then
 				enqueue(tok, now(), tonumber(ARGV[6]), lease, spec, '')
+				mark(v)
 			end
 			return -1 - math.max(redis.call('pttl', K), 0)
 		end

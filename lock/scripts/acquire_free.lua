@@ -1,13 +1,18 @@
 -- acquire_free.lua: acquire.lua's uncontended case, a plain mutex that is
--- free with nobody waiting (waiters get a free lock first): one EXISTS, one
--- SET NX, the fencing token. It runs right after core.lua, before
+-- free with nobody waiting (waiters get a free lock first): one EXISTS, the
+-- fencing token (one INCRBY), one SET NX. It runs right after core.lua, before
 -- contended.lua and lib.lua define their functions, and leaves every other
 -- case, untouched, to acquire_fast.lua (which knows that this one found
 -- the lock taken, or waiters in line) and acquire.lua, which describes the
 -- arguments and the reply.
-if (ARGV[3] or 'p') == 'p' and ARGV[4] ~= '2' and redis.call('exists', Q) == 0
-	and redis.call('set', K, ARGV[1], 'nx', 'px', ARGV[2]) then
+--
+-- The token is issued before the SET that carries it: when the lock turns
+-- out to be taken, the token is not used (tokens only need to grow), and the
+-- hold is written whole, without a mark (see mark in contended.lua): nobody
+-- waits.
+if (ARGV[3] or 'p') == 'p' and ARGV[4] ~= '2' and redis.call('exists', Q) == 0 then
 	local token = fence((ARGV[4] == '1' and ARGV[5] ~= '0') and block or 1)
-	redis.call('append', K, ' ' .. str(token))
-	return token
+	if redis.call('set', K, ARGV[1] .. ' ' .. str(token), 'nx', 'px', ARGV[2]) then
+		return token
+	end
 end

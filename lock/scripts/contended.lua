@@ -6,16 +6,25 @@
 
 -- hold sets K to the plain hold tok for lease ms, with the next fencing
 -- token, or the first of the next n (streak: see promote in lib.lua), and
--- returns the token and its string.
+-- returns the token and its string. The value has its third field, the
+-- streak, even when it is 0: the mark that someone may wait (see mark).
 local function hold(tok, lease, streak, n)
 	local token = fence(n)
 	local s = str(token)
-	local v = tok .. ' ' .. s
-	if streak and streak > 0 then
-		v = v .. ' ' .. streak
-	end
-	redis.call('set', K, v, 'px', lease)
+	redis.call('set', K, tok .. ' ' .. s .. ' ' .. (streak or 0), 'px', lease)
 	return token, s
+end
+
+-- mark gives the plain mutex whose value is v a third field (a streak of 0)
+-- if it has none: the mark that someone may wait in line. A plain mutex
+-- without it has nobody waiting, so its release (release_free.lua) deletes
+-- it without reading the line. Only acquire_free.lua writes one without
+-- it, when nobody waits; whoever adds a waiter marks it.
+local function mark(v)
+	local i = string.find(v, ' ', 1, true)
+	if not (i and string.find(v, ' ', i + 1, true)) then
+		redis.call('append', K, ' 0')
+	end
 end
 
 -- enqueue adds tok at the end of the waiters, or, if it waits already,

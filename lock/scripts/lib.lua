@@ -48,6 +48,7 @@ local function load(t)
 		local tok, token, streak = string.match(v, '^(%S+) (%d+) ?(%d*)$')
 		st.kind, st.n = 'm', 1
 		st.plain, st.token, st.streak = tok or v, token or '0', tonumber(streak) or 0
+		st.v = v
 		return st
 	end
 	if not v then

@@ -189,3 +189,53 @@ func TestWaiterGone(t *testing.T) {
 		}
 	})
 }
+
+// TestReleaseHandsToWaiter: a lock taken while nobody waited, then waited
+// for by another client, goes straight to that waiter when it is released:
+// the release finds the waiter (the waiter marked the hold, see mark in
+// scripts/contended.lua) and does not just free the lock for the waiter's
+// next poll.
+func TestReleaseHandsToWaiter(t *testing.T) {
+	forEachAdapter(t, func(t *testing.T, a adapter, r lock.Redis, prefix string) {
+		ctx := ctxTimeout(t, 20*time.Second)
+		holderC := newClient(t, r, prefix)
+		waiterC := newClient(t, a.dial(t, testenv.RedisAddr(t)), prefix)
+		for _, lockFn := range []string{"TryLock", "Lock"} {
+			name := "hand-" + lockFn
+			var holder *lock.Lock
+			var err error
+			if lockFn == "TryLock" {
+				holder, err = holderC.TryLock(ctx, name)
+			} else {
+				holder, err = holderC.Lock(ctx, name)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, done := make(chan error, 1), make(chan struct{})
+			go func() {
+				l, err := waiterC.Lock(ctx, name, lock.WithRetry(lock.LinearBackoff(10*time.Second)))
+				if err == nil {
+					<-done
+					err = l.Unlock(ctx)
+				}
+				got <- err
+			}()
+			waitInLine(t, holderC, name, 1)
+			if err := holder.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			st, err := holderC.Inspect(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			close(done)
+			if len(st.Holds) != 1 || st.Holds[0].Token <= holder.Token() {
+				t.Fatalf("%s: right after the release the lock is %+v, want held by the waiter with a newer token", lockFn, st)
+			}
+			if err := <-got; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
