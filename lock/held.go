@@ -18,6 +18,7 @@ type Lock struct {
 	tok  string    // hold token: this acquisition and no other
 	lockConfig
 	leaseArg string    // lease in ms, for the scripts
+	placeArg string    // placeTTL(lease) in ms, for the scripts
 	token    int64     // fencing token
 	tokens   []int64   // Redlock: the token of each node, 0 where not acquired
 	slots    []int     // semaphore hold: its slots, lowest first

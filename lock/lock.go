@@ -124,27 +124,47 @@ func (c *Client) redlock() bool { return len(c.nodes) > 1 }
 // it allocates little because it runs for every lock.
 func (c *Client) newLock(name, spec string, cfg lockConfig) *Lock {
 	l := &Lock{c: c, name: name, spec: spec, lockConfig: cfg}
-	l.leaseArg = defaultLeaseArg
+	l.leaseArg, l.placeArg = defaultLeaseArg, defaultPlaceArg
 	if l.lease != DefaultLease {
-		l.leaseArg = ms(l.lease)
+		l.leaseArg, l.placeArg = ms(l.lease), ms(placeTTL(l.lease))
 	}
-	// one allocation for the four keys (see keys)
-	k := c.prefix + name
-	if !hashTagged(name) {
-		k = c.prefix + "{" + name + "}"
+	// one allocation for the four keys and the hold token: K, K's suffixes
+	// after it (F and Q start with K; W repeats it), the token
+	tagged := hashTagged(name)
+	var b strings.Builder
+	size := 3*(len(c.prefix)+len(name)) + len(fenceSuffix) + len(queueSuffix) + len(waitSuffix) + len(c.id) + 1 + 13
+	if !tagged {
+		size += 6
 	}
-	all := k + fenceSuffix + k + queueSuffix + k + waitSuffix
-	n := len(k)
-	f := n + len(fenceSuffix)
-	q := f + n + len(queueSuffix)
-	l.keys = [4]string{all[:n], all[:f], all[f:q], all[q:]}
-	var b [64]byte
-	tok := append(append(b[:0], c.id...), '.')
-	l.tok = string(strconv.AppendUint(tok, c.seq.Add(1), 36))
+	b.Grow(size)
+	key := func(suffix string) int {
+		b.WriteString(c.prefix)
+		if tagged {
+			b.WriteString(name)
+		} else {
+			b.WriteByte('{')
+			b.WriteString(name)
+			b.WriteByte('}')
+		}
+		b.WriteString(suffix)
+		return b.Len()
+	}
+	n := key("")
+	b.WriteString(fenceSuffix)
+	f := b.Len()
+	q := key(queueSuffix)
+	w := key(waitSuffix)
+	b.WriteString(c.id)
+	b.WriteByte('.')
+	var seq [13]byte
+	b.Write(strconv.AppendUint(seq[:0], c.seq.Add(1), 36))
+	all := b.String()
+	l.keys = [4]string{all[:n], all[:f], all[f:q], all[q:w]}
+	l.tok = all[w:]
 	return l
 }
 
-var defaultLeaseArg = ms(DefaultLease)
+var defaultLeaseArg, defaultPlaceArg = ms(DefaultLease), ms(placeTTL(DefaultLease))
 
 // minLease keeps the drift allowance (2 ms and more) a small part of the
 // lease.
@@ -206,7 +226,7 @@ func (c *Client) try(ctx context.Context, l *Lock) (*Lock, error) {
 	if c.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
-	_, err := c.acquire(ctx, l, attemptTry, time.Now())
+	_, err := c.acquire(ctx, l, attemptTry, time.Time{}) // since: for waiters only
 	if h := c.hooks.Acquire; h != nil {
 		h(l.name, time.Since(l.acquired), err)
 	}
@@ -260,7 +280,7 @@ func (c *Client) waitFor(ctx context.Context, l *Lock) error {
 	}
 	first := l.retry.Backoff(1)
 	if first <= 0 {
-		_, err := c.acquire(ctx, l, attemptTry, time.Now())
+		_, err := c.acquire(ctx, l, attemptTry, time.Time{}) // since: for waiters only
 		return notObtained(ctx, err)
 	}
 	c.subscribe()
@@ -548,7 +568,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, how string, since time.Ti
 		how = attemptWait // Redlock gives no lock to waiters: no need to ask
 	}
 	kv := &l.kv
-	*kv = [...]string{l.tok, l.leaseArg, l.spec, how, c.fifo(), ms(placeTTL(l.lease)), c.chanbase, l.metadata}
+	*kv = [...]string{l.tok, l.leaseArg, l.spec, how, c.fifo(), l.placeArg, c.chanbase, l.metadata}
 	keys, args := l.keys[:], kv[:7]
 	if l.metadata != "" {
 		args = kv[:]

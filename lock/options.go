@@ -123,8 +123,14 @@ const (
 // config applies opts to the defaults.
 func config(opts []LockOption) (lockConfig, error) {
 	cfg := lockConfig{lease: DefaultLease, watchdog: true, retry: defaultRetry}
-	for _, o := range opts {
-		o(&cfg)
+	if len(opts) > 0 {
+		// on the heap only when there are options: o may keep its argument
+		c := new(lockConfig)
+		*c = cfg
+		for _, o := range opts {
+			o(c)
+		}
+		cfg = *c
 	}
 	if cfg.leaseBy == byTTL|byWatchdog {
 		return cfg, fmt.Errorf("%w: WithTTL and WithWatchdog both set the lease: give one", ErrOption)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -46,7 +47,19 @@ func run() error {
 	prefix := flag.String("prefix", "", "key prefix (a child's)")
 	start := flag.Int64("start", 0, "when to start, in Unix nanoseconds (a child's)")
 	spin := flag.Bool("spin", false, "busy-loop critical section (a child's)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
