@@ -88,10 +88,24 @@ type Activity struct {
 	// Redis Cluster masters (see package stock). Each user has one home
 	// bucket. 0 means 1: the whole stock under one key.
 	Buckets int `json:"-"`
+	// QueueRate puts the sale behind a waiting room (package queue) that
+	// admits at most that many buyers a second; only an admitted buyer's
+	// grab, with the pass the room gives, is let through. 0: no waiting
+	// room, whoever asks first grabs.
+	QueueRate int `json:"-"`
+	// QueueHold, with a waiting room, also bounds the buyers admitted and
+	// not yet bought by QueueHold for each unit left (0: the rate alone).
+	QueueHold int `json:"-"`
 }
 
 // MaxBuckets bounds Activity.Buckets.
 const MaxBuckets = 256
+
+// MaxQueueRate and MaxQueueHold bound Activity.QueueRate and QueueHold.
+const (
+	MaxQueueRate = 1_000_000
+	MaxQueueHold = 100
+)
 
 // BucketCount returns the number of buckets a's stock is split into: 1
 // when Buckets is 0.
@@ -126,6 +140,12 @@ func (a *Activity) Validate() error {
 		return Errorf(EINVALID, "the payment window must be whole seconds")
 	case a.Buckets < 0 || a.Buckets > MaxBuckets:
 		return Errorf(EINVALID, "buckets must lie between 1 and %d", MaxBuckets)
+	case a.QueueRate < 0 || a.QueueRate > MaxQueueRate:
+		return Errorf(EINVALID, "queue.rate must lie between 1 and %d", MaxQueueRate)
+	case a.QueueHold < 0 || a.QueueHold > MaxQueueHold:
+		return Errorf(EINVALID, "queue.hold must lie between 0 and %d", MaxQueueHold)
+	case a.QueueHold > 0 && a.QueueRate == 0:
+		return Errorf(EINVALID, "queue.hold needs a waiting room: give queue.rate")
 	}
 	return nil
 }

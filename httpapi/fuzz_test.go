@@ -27,6 +27,7 @@ import (
 	"github.com/seckilldev/seckill/httpapi"
 	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/limit"
+	"github.com/seckilldev/seckill/queue"
 	"github.com/seckilldev/seckill/sale"
 	"github.com/seckilldev/seckill/stock"
 	"github.com/seckilldev/seckill/store"
@@ -53,7 +54,9 @@ type fuzzAPI struct {
 	open     int64 // activity on sale now
 	later    int64 // not started
 	ended    int64
-	order    int64 // user 1's order in open
+	queued   int64  // on sale now, behind a waiting room
+	ticket   string // user 1's ticket of queued's room
+	order    int64  // user 1's order in open
 	orderStr string
 
 	blocklist *limit.Blocklist
@@ -75,7 +78,11 @@ func newFuzzAPI(tb testing.TB, dbURL string, opts ...httpapi.Option) *fuzzAPI {
 	engine := stock.New(rdb, stock.Config{Prefix: a.prefix})
 	tb.Cleanup(engine.Close)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc := sale.New(st, engine, sale.Config{}, log, nil)
+	room, err := queue.New(rdb, queue.Config{Key: []byte("fuzz-queue-key-0123456789abcdef!"), Prefix: a.prefix, Log: log})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	svc := sale.New(st, engine, sale.Config{Admission: room}, log, nil)
 	health := map[string]httpapi.Health{
 		"redis":    func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
 		"database": st.Ping,
@@ -84,7 +91,7 @@ func newFuzzAPI(tb testing.TB, dbURL string, opts ...httpapi.Option) *fuzzAPI {
 	// The order routes' 404s are answered at once, as fuzzing asks ids
 	// fast (TestMissDelay checks the wait).
 	a.h = httpapi.New(svc, fuzzToken, health, log, nil, nil,
-		append([]httpapi.Option{httpapi.WithBlocklist(a.blocklist), httpapi.WithMissDelay(0)}, opts...)...)
+		append([]httpapi.Option{httpapi.WithBlocklist(a.blocklist), httpapi.WithMissDelay(0), httpapi.WithQueue(room)}, opts...)...)
 	if a.db, err = check.Open(ctx, dbURL); err != nil {
 		tb.Fatal(err)
 	}
@@ -108,6 +115,16 @@ func newFuzzAPI(tb testing.TB, dbURL string, opts ...httpapi.Option) *fuzzAPI {
 		}
 		*f.id = act.ID
 	}
+	q := seckill.Activity{Name: "queued", Stock: 1000, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(24 * time.Hour), QueueRate: 100}
+	if err := svc.CreateActivity(ctx, &q); err != nil {
+		tb.Fatal(err)
+	}
+	a.queued = q.ID
+	tk, err := room.Join(ctx, queue.Sale{ID: q.ID, StartsAt: q.StartsAt, EndsAt: q.EndsAt, Rate: q.QueueRate}, 1)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	a.ticket = tk.Token
 	g, err := svc.Grab(ctx, a.open, 1)
 	if err != nil {
 		tb.Fatal(err)
@@ -129,6 +146,8 @@ func (a *fuzzAPI) deleteKeys() {
 		if rows.Scan(&id) == nil {
 			k := stock.KeysFor(a.prefix, id)
 			a.rdb.Del(ctx, k.Meta, k.Stock, k.Buyers, k.Orders)
+			q := a.prefix + ":{q" + strconv.FormatInt(id, 10) + "}:"
+			a.rdb.Del(ctx, q+"tickets", q+"draw", q+"arrivals", q+"state")
 		}
 	}
 	a.rdb.Del(ctx, a.prefix+":{blocklist}:users", a.prefix+":{blocklist}:version")

@@ -26,6 +26,7 @@ import (
 
 	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/auth"
+	"github.com/seckilldev/seckill/queue"
 	"github.com/seckilldev/seckill/sale"
 )
 
@@ -50,6 +51,11 @@ var codes = map[string]int{
 	seckill.ENOTPAYABLE:     http.StatusConflict,
 	seckill.ENOTCANCELLABLE: http.StatusConflict,
 	seckill.EKEYREUSED:      http.StatusUnprocessableEntity,
+
+	queue.EPASSREQUIRED: http.StatusForbidden,
+	queue.EPASSINVALID:  http.StatusForbidden,
+	queue.EPASSEXPIRED:  http.StatusForbidden,
+	queue.ETICKET:       http.StatusBadRequest,
 
 	"method_not_allowed": http.StatusMethodNotAllowed,
 	codeRateLimited:      http.StatusTooManyRequests,
@@ -77,6 +83,8 @@ type Server struct {
 	mux        *http.ServeMux
 
 	grabLatency routeLatency // the grab route's, for ServeFast
+
+	room *queue.Room // the waiting rooms (WithQueue), nil: none
 
 	verifier  Verifier
 	userLimit Limiter[int64]
@@ -116,6 +124,7 @@ func New(s *sale.Service, adminToken string, health map[string]Health, log *slog
 	srv.handle("/api/v1/activities", "activities", map[string]http.HandlerFunc{"POST": srv.createActivity})
 	srv.handle("/api/v1/activities/{id}", "activity", map[string]http.HandlerFunc{"GET": srv.getActivity})
 	srv.handle("/api/v1/activities/{id}/grab", "grab", map[string]http.HandlerFunc{"POST": srv.grab})
+	srv.handle("/api/v1/activities/{id}/queue", "queue", map[string]http.HandlerFunc{"POST": srv.joinQueue, "GET": srv.queueStatus})
 	srv.handle("/api/v1/orders/{id}", "order", map[string]http.HandlerFunc{"GET": srv.getOrder})
 	srv.handle("/api/v1/orders/{id}/pay", "pay", map[string]http.HandlerFunc{"POST": srv.payOrder})
 	srv.handle("/api/v1/orders/{id}/cancel", "cancel", map[string]http.HandlerFunc{"POST": srv.cancelOrder})
@@ -210,6 +219,9 @@ type activityRequest struct {
 	// sale that needs the cores of several Redis Cluster masters (default
 	// 1; see seckill.Activity.Buckets).
 	Buckets *int `json:"buckets"`
+	// Queue puts the sale behind a waiting room (default none; see
+	// queue.go).
+	Queue *queueRequest `json:"queue"`
 }
 
 // defaultPayWithin is the payment window of a sale created without one.
@@ -221,10 +233,16 @@ type activityBody struct {
 	PayWithinSeconds int64 `json:"pay_within_seconds"`
 	Rebuy            bool  `json:"rebuy"`
 	Buckets          int   `json:"buckets"`
+	// Queue is the sale's waiting room, null without one.
+	Queue *queueRequest `json:"queue"`
 }
 
 func newActivityBody(a seckill.Activity) activityBody {
-	return activityBody{Activity: a, PayWithinSeconds: int64(a.PayWithin / time.Second), Rebuy: a.Rebuy, Buckets: a.BucketCount()}
+	b := activityBody{Activity: a, PayWithinSeconds: int64(a.PayWithin / time.Second), Rebuy: a.Rebuy, Buckets: a.BucketCount()}
+	if a.QueueRate > 0 {
+		b.Queue = &queueRequest{Rate: a.QueueRate, Hold: a.QueueHold}
+	}
+	return b
 }
 
 func (s *Server) createActivity(w http.ResponseWriter, r *http.Request) {
@@ -259,6 +277,13 @@ func (s *Server) createActivity(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		a.Buckets = *req.Buckets
+	}
+	if q := req.Queue; q != nil {
+		if q.Rate < 1 {
+			writeError(w, seckill.Errorf(seckill.EINVALID, "queue.rate must lie between 1 and %d", seckill.MaxQueueRate))
+			return
+		}
+		a.QueueRate, a.QueueHold = q.Rate, q.Hold
 	}
 	if err := a.Validate(); err != nil {
 		writeError(w, err)
@@ -319,7 +344,11 @@ func (s *Server) grabOf(ctx context.Context, id int64, h header, buf []byte) (in
 	if c.Admin {
 		return 0, nil, seckill.Errorf(seckill.EINVALID, "the admin does not grab: send the buyer's identity")
 	}
-	g, err := s.sale.Grab(ctx, id, c.UserID)
+	var pass string
+	if v := h.values(passHeader); len(v) > 0 {
+		pass = v[0]
+	}
+	g, err := s.sale.GrabWithPass(ctx, id, c.UserID, pass)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -160,7 +160,8 @@ func TestOpenAPIAnswers(t *testing.T) {
 		"POST /api/v1/orders/{id}/pay": `{"payment_ref":"probe-1"}`,
 	}
 	ids := map[string][]string{
-		"{id}":   {strconv.FormatInt(a.open, 10), strconv.FormatInt(a.later, 10), strconv.FormatInt(a.ended, 10), soldOut, "424242", "x"},
+		"{id}": {strconv.FormatInt(a.open, 10), strconv.FormatInt(a.later, 10), strconv.FormatInt(a.ended, 10), soldOut, "424242", "x",
+			strconv.FormatInt(a.queued, 10)},
 		"{user}": {"5", "x"},
 	}
 	orderIDs := []string{a.orderStr, "549755813999", "x"}
@@ -248,6 +249,10 @@ func TestOpenAPIAnswers(t *testing.T) {
 				}
 				for _, v := range vs {
 					targets = append(targets, strings.Replace(r.Pattern, param, v, 1))
+				}
+				if r.Pattern == "/api/v1/activities/{id}/queue" {
+					// user 1's ticket: its poll answers 200, others' 400
+					targets = append(targets, fmt.Sprintf("/api/v1/activities/%d/queue?ticket=%s", a.queued, a.ticket))
 				}
 			}
 		}

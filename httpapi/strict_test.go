@@ -102,12 +102,12 @@ func TestStrictEdges(t *testing.T) {
 			t.Errorf("%s: %d %s; want %d %s saying %q", c.name, rec.Code, rec.Body.Bytes(), c.status, c.code, c.says)
 		}
 	}
-	// Nothing refused was done: the fixtures' three activities and the
+	// Nothing refused was done: the fixtures' four activities and the
 	// one with joiners; user 1's order not cancelled; user 999 and 9999
 	// not blocked.
 	var n int
-	if err := a.db.QueryRow(`SELECT count(*) FROM activities`).Scan(&n); err != nil || n != 4 {
-		t.Errorf("activities: %d (%v), want 4", n, err)
+	if err := a.db.QueryRow(`SELECT count(*) FROM activities`).Scan(&n); err != nil || n != 5 {
+		t.Errorf("activities: %d (%v), want 5", n, err)
 	}
 	if a.blocklist.Blocked(999) || a.blocklist.Blocked(9999) {
 		t.Error("a refused PUT blocked its user")

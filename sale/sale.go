@@ -64,6 +64,16 @@ type Config struct {
 	EndedTTL time.Duration
 	// Serialize, if set, serializes warm-ups across instances.
 	Serialize Serializer
+	// Admission checks the passes of the sales that have a waiting room
+	// (Activity.QueueRate): package queue's Room. Without it, the grabs of
+	// such a sale are refused as unavailable.
+	Admission Admission
+}
+
+// Admission verifies that a pass lets uid grab in activity at now, without
+// Redis (queue.Room).
+type Admission interface {
+	VerifyPass(activity, uid int64, pass string, now time.Time) error
 }
 
 // Service implements the use cases. It is safe for concurrent use.
@@ -172,6 +182,16 @@ func (s *Service) CreateActivity(ctx context.Context, a *seckill.Activity) error
 	return nil
 }
 
+// CachedActivity returns activity id as this instance caches it: its
+// fixed fields, without asking Redis what remains (Remaining is stale).
+func (s *Service) CachedActivity(ctx context.Context, id int64) (seckill.Activity, error) {
+	e, err := s.activityEntry(ctx, id)
+	if err != nil {
+		return seckill.Activity{}, err
+	}
+	return e.a, nil
+}
+
 // Activity returns an activity with its live remaining stock (from Redis,
 // or from the database when Redis does not hold it).
 func (s *Service) Activity(ctx context.Context, id int64) (seckill.Activity, error) {
@@ -204,6 +224,12 @@ var errUnavailable = seckill.Errorf(seckill.EUNAVAILABLE, "the sale is being loa
 // instance holds the sold-out activity's buyer snapshot, every click is
 // answered from memory.
 func (s *Service) Grab(ctx context.Context, id, uid int64) (g Grabbed, err error) {
+	return s.GrabWithPass(ctx, id, uid, "")
+}
+
+// GrabWithPass is Grab with the pass of the sale's waiting room, which a
+// sale that has one requires (see Config.Admission); others ignore it.
+func (s *Service) GrabWithPass(ctx context.Context, id, uid int64, pass string) (g Grabbed, err error) {
 	defer func() { s.stats.grab(g, err) }()
 	if uid <= 0 {
 		return Grabbed{}, seckill.Errorf(seckill.EINVALID, "user id must be a positive integer")
@@ -218,6 +244,14 @@ func (s *Service) Grab(ctx context.Context, id, uid int64) (g Grabbed, err error
 		return Grabbed{}, stock.ErrNotStarted
 	case !now.Before(e.a.EndsAt):
 		return Grabbed{}, stock.ErrEnded
+	}
+	if e.a.QueueRate > 0 {
+		if s.cfg.Admission == nil {
+			return Grabbed{}, seckill.Errorf(seckill.EUNAVAILABLE, "this sale has a waiting room, and this instance runs none")
+		}
+		if err := s.cfg.Admission.VerifyPass(id, uid, pass, now); err != nil {
+			return Grabbed{}, err
+		}
 	}
 	e.mu.RLock()
 	snap, trusted := e.snap, now.Before(e.snapTill)

@@ -9,13 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/page"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/seckilldev/seckill/internal/testenv"
@@ -29,7 +25,7 @@ import (
 // profile and its temporary files all live in the test's own directories,
 // removed at its end (see chromiumDirs).
 func TestDashboardInBrowser(t *testing.T) {
-	testenv.NeedBinary(t, "chromium") // Debian: apt-get install chromium
+	testenv.NeedBinary(t, "chromium") // before the comparison's run
 	redisURL := "redis://" + testenv.RedisAddr(t)
 	// A small comparison of strategies first, through the command line, on
 	// a database of its own: the dashboard charts what it saved.
@@ -43,78 +39,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	in := startServe(t, backend{name: "postgres", redisURL: redisURL, dbURL: testenv.PostgresURL(t)},
 		testenv.Prefix(t), "--compare-results="+results)
 
-	profile, tmp := chromiumDirs(t)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.WindowSize(1400, 1800),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(profile), chromedp.Env("TMPDIR="+tmp))
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox) // Chromium refuses root without it
-	}
-	actx, stopAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer stopAlloc()
-	bctx, stopBrowser := chromedp.NewContext(actx)
-	defer stopBrowser()
-	// The browser closes gracefully first (it removes its own singleton
-	// files then), before the deferred cancels kill what is left, and
-	// before chromiumDirs' cleanup removes its directories.
-	defer func() {
-		ctx, cancel := context.WithTimeout(bctx, 20*time.Second)
-		defer cancel()
-		if err := chromedp.Cancel(ctx); err != nil {
-			t.Logf("close chromium: %v", err)
-		}
-	}()
-	var mu sync.Mutex
-	var jsErrors []string
-	// Listen starts the browser, on a context without a timeout: the
-	// browser lives as long as that first context.
-	if err := chromedp.Listen(bctx, func(ev any) {
-		if e, ok := ev.(*runtime.EventExceptionThrown); ok {
-			mu.Lock()
-			jsErrors = append(jsErrors, fmt.Sprintf("%s (%s:%d)", e.ExceptionDetails.Text, e.ExceptionDetails.URL, e.ExceptionDetails.LineNumber))
-			mu.Unlock()
-		}
-	}); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	// within bounds each step: a liveness bound for a loaded machine.
-	within := func() (context.Context, context.CancelFunc) { return context.WithTimeout(bctx, 90*time.Second) }
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		ctx, cancel := within()
-		defer cancel()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	waitFor := func(what, predicate string) {
-		t.Helper()
-		ctx, cancel := within()
-		defer cancel()
-		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](predicate, chromedp.WithPollingTimeout(80*time.Second))); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		ctx, cancel := within()
-		defer cancel()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("read %s: %v", sel, err)
-		}
-		return strings.TrimSpace(s)
-	}
+	br := newBrowser(t, 1400, 1800)
+	do, waitFor, text := br.do, br.waitFor, br.text
 
-	// Whatever the page's Content-Security-Policy refuses it (a script, a
-	// style, a connection) is recorded, from before the page's first line.
-	do("watch for refusals of the page's policy", chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
-		_, err := cdp.Call(ctx, tgt, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
-			Source: `window.cspRefusals = [];
-				document.addEventListener("securitypolicyviolation",
-					(e) => window.cspRefusals.push(e.violatedDirective + " " + e.blockedURI + " (" + e.sourceFile + ":" + e.lineNumber + ")"));`})
-		return err
-	}))
 	// The page is open before the sale, with the admin token set.
 	do("open the dashboard", chromedp.Navigate(in.url+"/dashboard/"),
 		chromedp.WaitVisible(chromedp.CSS("#conn.live")),
@@ -170,26 +97,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitFor("the activities row says sold out", fmt.Sprintf(
 		`(document.querySelector('#activities tr[data-activity="%d"]')?.textContent ?? "").includes("sold out")`, id))
 
-	ctx, cancel := within()
-	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	path := filepath.Join(t.TempDir(), "seckill-dashboard.png") // removed with the test's directory: -v logs where
-	if err := os.WriteFile(path, png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s (%d bytes)", path, len(png))
-	refusals, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.cspRefusals`))
-	if err != nil || len(refusals) > 0 {
-		t.Errorf("the page's Content-Security-Policy refused: %v %v", refusals, err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(jsErrors) > 0 {
-		t.Errorf("the page threw: %v", jsErrors)
-	}
+	br.done("seckill-dashboard")
 }
 
 // An open dashboard page does not hold serve's drain: its stream ends when

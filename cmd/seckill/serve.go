@@ -22,6 +22,7 @@ import (
 	"github.com/seckilldev/seckill/dashboard"
 	"github.com/seckilldev/seckill/httpapi"
 	"github.com/seckilldev/seckill/internal/lazyconn"
+	"github.com/seckilldev/seckill/queue/page"
 	"github.com/seckilldev/seckill/sale"
 	"github.com/seckilldev/seckill/stock"
 	"github.com/seckilldev/seckill/worker"
@@ -36,6 +37,7 @@ type serveConfig struct {
 	backend    backendFlags
 	worker     workerFlags
 	expiry     expiryFlags
+	queue      queueFlags
 	guard      guardFlags
 	logs       logFlags
 	// compareResults is the file of `bench --compare --results` that the
@@ -72,6 +74,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.backend.ack.register(fs)
 	c.worker.register(fs)
 	c.expiry.register(fs)
+	c.queue.register(fs)
 	c.guard.register(fs)
 	c.logs.register(fs)
 	if err := fs.parse(args); err != nil {
@@ -192,14 +195,20 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) (err
 	locks := newLocks(bk.rdb, c.backend.prefix, reg)
 	defer locks.Close()
 	saleMetrics := sale.NewMetrics(reg)
-	svc := sale.New(bk.store, bk.engine, sale.Config{Serialize: serializer(locks)}, log, saleMetrics)
+	room, err := newRoom(&c.queue, bk, c.backend.prefix, log)
+	if err != nil {
+		return err
+	}
+	svc := sale.New(bk.store, bk.engine, sale.Config{Serialize: serializer(locks), Admission: room}, log, saleMetrics)
 	if err := svc.WarmUp(ctx); err != nil {
 		log.Warn("warm-up incomplete; activities load on first grab", "err", err)
 	}
 	apiOpts, blocklist := c.guard.apiOptions(guardCtx, bk, c.backend.prefix, log, verifier)
+	apiOpts = append(apiOpts, httpapi.WithQueue(room))
 	api := httpapi.New(svc, c.adminToken, health(bk, (secrets{}).add(c.backend.secrets()...)), log, reg, metrics, apiOpts...)
 	dash := newDashboard(c, bk, observer, saleMetrics, api, log)
 	api.Mount(dashboard.Prefix, dash)
+	api.Mount(page.Prefix, page.Handler())
 	var dr drainer
 	srv := c.guard.server(api.ServeFast, api, &dr, log)
 
@@ -228,6 +237,7 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) (err
 		}()
 	}
 	runDashboard(ctx, bgCtx, &wg, dash)
+	startRoom(bgCtx, &wg, room, bk, locks)
 	if err := startExpiry(bgCtx, &wg, &c.expiry, ecfg, bk, locks, log, reg); err != nil {
 		return err
 	}

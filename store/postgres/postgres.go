@@ -208,12 +208,12 @@ func (s *Store) CreateActivity(ctx context.Context, a *seckill.Activity) error {
 	a.StartsAt, a.EndsAt = sqlstore.Millis(a.StartsAt), sqlstore.Millis(a.EndsAt)
 	a.Buckets = a.BucketCount()
 	const q = `
-INSERT INTO activities (name, stock, remaining, starts_at, ends_at, pay_within_ms, rebuy, buckets)
-VALUES ($1, $2, $2, $3, $4, $5, $6, $7)
+INSERT INTO activities (name, stock, remaining, starts_at, ends_at, pay_within_ms, rebuy, buckets, queue_rate, queue_hold)
+VALUES ($1, $2, $2, $3, $4, $5, $6, $7, $8, $9)
 RETURNING id`
 	var id int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, q, a.Name, a.Stock, a.StartsAt, a.EndsAt, a.PayWithin.Milliseconds(), a.Rebuy, a.Buckets).Scan(&id); err != nil {
+		if err := tx.QueryRow(ctx, q, a.Name, a.Stock, a.StartsAt, a.EndsAt, a.PayWithin.Milliseconds(), a.Rebuy, a.Buckets, a.QueueRate, a.QueueHold).Scan(&id); err != nil {
 			return fmt.Errorf("postgres: create activity: %w", err)
 		}
 		return sqlstore.CheckActivityID(id)

@@ -220,10 +220,10 @@ func (s *Store) CreateActivity(ctx context.Context, a *seckill.Activity) error {
 	}
 	a.StartsAt, a.EndsAt = sqlstore.Millis(a.StartsAt), sqlstore.Millis(a.EndsAt)
 	a.Buckets = a.BucketCount()
-	const q = `INSERT INTO activities (name, stock, remaining, starts_at, ends_at, pay_within_ms, rebuy, buckets) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+	const q = `INSERT INTO activities (name, stock, remaining, starts_at, ends_at, pay_within_ms, rebuy, buckets, queue_rate, queue_hold) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	var id int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, q, a.Name, a.Stock, a.Stock, text(a.StartsAt), text(a.EndsAt), a.PayWithin.Milliseconds(), a.Rebuy, a.Buckets)
+		res, err := tx.ExecContext(ctx, q, a.Name, a.Stock, a.Stock, text(a.StartsAt), text(a.EndsAt), a.PayWithin.Milliseconds(), a.Rebuy, a.Buckets, a.QueueRate, a.QueueHold)
 		if err == nil {
 			id, err = res.LastInsertId()
 		}

@@ -195,6 +195,22 @@ func testCreateActivity(t *testing.T, s seckill.Store) {
 	if err := s.CreateActivity(ctx, &c); seckill.ErrorCode(err) != seckill.EINVALID {
 		t.Errorf("CreateActivity with %d buckets: %v, want %s", c.Buckets, err, seckill.EINVALID)
 	}
+	// A waiting room's rate and hold read back as created (a, without
+	// one, read back 0 and 0).
+	d := seckill.Activity{Name: "d", Stock: 5, StartsAt: starts, EndsAt: starts.Add(time.Hour),
+		QueueRate: seckill.MaxQueueRate, QueueHold: seckill.MaxQueueHold}
+	if err := s.CreateActivity(ctx, &d); err != nil {
+		t.Fatalf("CreateActivity(d): %v", err)
+	}
+	if got, err := s.Activity(ctx, d.ID); err != nil {
+		t.Errorf("Activity(d): %v", err)
+	} else {
+		checkActivity(t, "Activity(d)", got, d)
+	}
+	d.QueueRate = seckill.MaxQueueRate + 1
+	if err := s.CreateActivity(ctx, &d); seckill.ErrorCode(err) != seckill.EINVALID {
+		t.Errorf("CreateActivity with queue rate %d: %v, want %s", d.QueueRate, err, seckill.EINVALID)
+	}
 	if got, err := s.Activity(ctx, b.ID); err != nil || got.Name != b.Name || !got.EndsAt.Equal(b.EndsAt) {
 		t.Errorf("Activity(b) = %+v, %v; want %+v", got, err, b)
 	}

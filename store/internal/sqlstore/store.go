@@ -79,12 +79,12 @@ const (
 )
 
 // activityColumns are the columns scanActivity reads, in its order.
-const activityColumns = `id, name, stock, remaining, starts_at, ends_at, pay_within_ms, rebuy, buckets`
+const activityColumns = `id, name, stock, remaining, starts_at, ends_at, pay_within_ms, rebuy, buckets, queue_rate, queue_hold`
 
 func scanActivity(row Row) (seckill.Activity, error) {
 	var a seckill.Activity
 	var payMS int64
-	err := row.Scan(&a.ID, &a.Name, &a.Stock, &a.Remaining, TimeDest(&a.StartsAt), TimeDest(&a.EndsAt), &payMS, &a.Rebuy, &a.Buckets)
+	err := row.Scan(&a.ID, &a.Name, &a.Stock, &a.Remaining, TimeDest(&a.StartsAt), TimeDest(&a.EndsAt), &payMS, &a.Rebuy, &a.Buckets, &a.QueueRate, &a.QueueHold)
 	a.PayWithin = time.Duration(payMS) * time.Millisecond
 	return a, err
 }

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/seckilldev/seckill"
+	"github.com/seckilldev/seckill/lock"
+	"github.com/seckilldev/seckill/queue"
+)
+
+// queueFlags configures the waiting rooms of the sales that have one.
+type queueFlags struct {
+	key string // --queue-key
+}
+
+func (f *queueFlags) register(fs flagSet) {
+	fs.StringVar(&f.key, "queue-key", "", "the secret (at least 32 bytes) that signs the waiting rooms' tickets and passes: the same on every instance (default: a random key, for one instance only)")
+}
+
+// roomKey returns the key that signs tickets and passes, and whether it was
+// made up for this process.
+func (f *queueFlags) roomKey() ([]byte, bool, error) {
+	k := f.key
+	if k == "" {
+		b := make([]byte, 32)
+		_, _ = rand.Read(b)
+		return b, true, nil
+	}
+	if len(k) < 32 {
+		return nil, false, usagef("--queue-key: %d bytes, want at least 32", len(k))
+	}
+	return []byte(k), false, nil
+}
+
+// newRoom returns the waiting rooms over the backends' Redis.
+func newRoom(f *queueFlags, bk *backends, prefix string, log *slog.Logger) (*queue.Room, error) {
+	key, generated, err := f.roomKey()
+	if err != nil {
+		return nil, err
+	}
+	if generated {
+		log.Info("waiting rooms: tickets and passes are signed with a key made for this process; give every instance the same --queue-key")
+	}
+	return queue.New(bk.rdb, queue.Config{Key: key, Prefix: prefix, Log: log})
+}
+
+// startRoom runs the room's refresh and, while this process leads, its
+// admitter, until ctx ends; wg waits for them.
+func startRoom(ctx context.Context, wg *sync.WaitGroup, room *queue.Room, bk *backends, locks *lock.Client) {
+	wg.Go(func() { _ = room.Watch(ctx) })
+	sales := &queueSales{bk: bk}
+	adm := room.NewAdmitter(sales, 0)
+	wg.Go(func() { _ = adm.Run(ctx, locks, func() []queue.Sale { return sales.live(ctx) }) })
+}
+
+// queueSales lists the live sales that have a waiting room, from the
+// database at most once a second, and tells the admitter their stock left.
+type queueSales struct {
+	bk    *backends
+	at    time.Time
+	sales []queue.Sale
+	acts  map[int64]seckill.Activity
+}
+
+func (q *queueSales) live(ctx context.Context) []queue.Sale {
+	if time.Since(q.at) < time.Second {
+		return q.sales
+	}
+	acts, err := q.bk.store.Activities(ctx, time.Now())
+	if err != nil {
+		return q.sales // the last list, until the database answers
+	}
+	q.at, q.sales, q.acts = time.Now(), nil, map[int64]seckill.Activity{}
+	for _, a := range acts {
+		if a.QueueRate > 0 {
+			q.sales = append(q.sales, queue.Sale{ID: a.ID, StartsAt: a.StartsAt, EndsAt: a.EndsAt, Rate: a.QueueRate, Hold: a.QueueHold})
+			q.acts[a.ID] = a
+		}
+	}
+	return q.sales
+}
+
+// Remaining is the admitter's queue.Stock: the stock left in Redis.
+func (q *queueSales) Remaining(ctx context.Context, id int64) (int64, error) {
+	return q.bk.engine.Remaining(ctx, q.acts[id])
+}

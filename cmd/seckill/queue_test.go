@@ -1,0 +1,162 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/seckilldev/seckill/internal/testenv"
+)
+
+// TestWaitingRoom runs a sale behind a waiting room through serve: a grab
+// needs the pass that the room gives the admitted; buyers are admitted in
+// the order they joined, at the room's rate; at the sell-out every waiting
+// buyer is told sold out; nothing is oversold.
+func TestWaitingRoom(t *testing.T) {
+	be := backend{"sqlite", redisURL(t), "sqlite://" + filepath.Join(t.TempDir(), "queue.db")}
+	in := startServe(t, be, testenv.Prefix(t))
+	const stock, buyers, rate = 5, 30, 20
+	now := time.Now()
+	body := fmt.Sprintf(`{"name":"queued","stock":%d,"starts_at":%q,"ends_at":%q,"queue":{"rate":%d}}`, stock,
+		now.Add(-time.Second).Format(time.RFC3339Nano), now.Add(time.Hour).Format(time.RFC3339Nano), rate)
+	r := in.do("POST", "/api/v1/activities", in.admin(), body)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %v", r.status, r.body)
+	}
+	if q, _ := r.body["queue"].(map[string]any); q["rate"] != float64(rate) {
+		t.Fatalf("created activity's queue: %v, want rate %d", r.body["queue"], rate)
+	}
+	id := int64(r.body["id"].(float64))
+	queuePath := fmt.Sprintf("/api/v1/activities/%d/queue", id)
+
+	if g := in.grab(id, 1); g.status != http.StatusForbidden || g.code() != "pass_required" {
+		t.Fatalf("grab without a pass: %d %v, want 403 pass_required", g.status, g.body)
+	}
+	tickets := make([]string, buyers)
+	for i := range tickets {
+		j := in.do("POST", queuePath, user(int64(i+1)), "")
+		if j.status != http.StatusOK {
+			t.Fatalf("join by %d: %d %v", i+1, j.status, j.body)
+		}
+		tickets[i] = j.body["ticket"].(string)
+	}
+	if again := in.do("POST", queuePath, user(1), ""); again.body["ticket"] != tickets[0] {
+		t.Fatalf("joining again gave another ticket")
+	}
+	if st := in.do("GET", queuePath, map[string]string{"X-User-ID": "2", "X-Queue-Ticket": tickets[0]}, ""); st.status != http.StatusBadRequest || st.code() != "ticket_invalid" {
+		t.Fatalf("a poll with another's ticket: %d %v, want 400 ticket_invalid", st.status, st.body)
+	}
+
+	poll := func(i int) reply {
+		return in.do("GET", queuePath, map[string]string{"X-User-ID": fmt.Sprint(i + 1), "X-Queue-Ticket": tickets[i]}, "")
+	}
+	var admittedOrder []int
+	admitted := map[int]bool{}
+	sold, soldOutAt := 0, time.Time{}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(admitted) < buyers && time.Now().Before(deadline) {
+		waiting := 0
+		for i := range tickets {
+			if admitted[i] {
+				continue
+			}
+			st := poll(i)
+			switch st.body["state"] {
+			case "admitted":
+				admitted[i] = true
+				admittedOrder = append(admittedOrder, i)
+				pass := st.body["pass"].(string)
+				if other := in.do("POST", fmt.Sprintf("/api/v1/activities/%d/grab", id), map[string]string{"X-User-ID": "999", "X-Queue-Pass": pass}, ""); other.code() != "pass_invalid" {
+					t.Fatalf("grab with another buyer's pass: %d %v, want 403 pass_invalid", other.status, other.body)
+				}
+				g := in.do("POST", fmt.Sprintf("/api/v1/activities/%d/grab", id), map[string]string{"X-User-ID": fmt.Sprint(i + 1), "X-Queue-Pass": pass}, "")
+				switch {
+				case g.status == http.StatusAccepted:
+					sold++
+				case g.status == http.StatusConflict && g.code() == "sold_out":
+				default:
+					t.Fatalf("grab by admitted buyer %d: %d %v", i+1, g.status, g.body)
+				}
+				if sold == stock && soldOutAt.IsZero() {
+					soldOutAt = time.Now()
+				}
+			case "waiting":
+				waiting++
+			case "sold_out":
+				admitted[i] = true // done: told the truth
+			default:
+				t.Fatalf("poll by %d: %d %v", i+1, st.status, st.body)
+			}
+		}
+		if waiting == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if sold != stock {
+		t.Fatalf("sold %d, want %d", sold, stock)
+	}
+	for k, i := range admittedOrder {
+		if i != k {
+			t.Fatalf("admission order %v: not the order of joining", admittedOrder)
+		}
+	}
+	// After the sell-out, the admitter closes the room within a tick and
+	// every instance reads it within a refresh: each waiting buyer's next
+	// poll says sold out.
+	time.Sleep(time.Second)
+	for i := range tickets {
+		st := poll(i)
+		if s := st.body["state"]; s != "sold_out" && s != "admitted" {
+			t.Errorf("buyer %d a second after the sell-out: %v, want sold_out", i+1, st.body)
+		}
+	}
+	t.Logf("%d admitted in order, %d sold; sold out at %v", len(admittedOrder), sold, soldOutAt.Format(time.StampMilli))
+}
+
+// TestWaitingRoomInBrowser: the buyer's page in headless Chromium, on
+// serve: a buyer joins before the start (the page says so), is admitted
+// after it, buys with the Buy button, and sees the order written.
+func TestWaitingRoomInBrowser(t *testing.T) {
+	testenv.NeedBinary(t, "chromium")
+	be := backend{"sqlite", redisURL(t), "sqlite://" + filepath.Join(t.TempDir(), "queue.db")}
+	in := startServe(t, be, testenv.Prefix(t))
+	starts := time.Now().Add(4 * time.Second)
+	body := fmt.Sprintf(`{"name":"concert","stock":3,"starts_at":%q,"ends_at":%q,"queue":{"rate":5}}`,
+		starts.Format(time.RFC3339Nano), starts.Add(time.Hour).Format(time.RFC3339Nano))
+	r := in.do("POST", "/api/v1/activities", in.admin(), body)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %v", r.status, r.body)
+	}
+	id := int64(r.body["id"].(float64))
+	for uid := int64(2); uid <= 3; uid++ { // two more buyers in the draw
+		if j := in.do("POST", fmt.Sprintf("/api/v1/activities/%d/queue", id), user(uid), ""); j.status != http.StatusOK {
+			t.Fatalf("join by %d: %d %v", uid, j.status, j.body)
+		}
+	}
+
+	br := newBrowser(t, 900, 900)
+	br.do("open the page", chromedp.Navigate(fmt.Sprintf("%s/queue/?activity=%d", in.url, id)),
+		chromedp.WaitVisible(chromedp.CSS("#who")))
+	br.waitFor("the page shows the sale", `document.getElementById("title").textContent === "concert"`)
+	br.do("join as user 1", chromedp.SendKeys(chromedp.CSS(`#who input[name="user"]`), "1"),
+		chromedp.Click(chromedp.CSS("#join")))
+	br.waitFor("the page says the buyer is in the draw", `!document.getElementById("place").hidden &&
+		document.getElementById("detail").textContent.includes("random order") &&
+		document.getElementById("state").textContent === "Waiting for the start"`)
+	if time.Now().After(starts) {
+		t.Fatalf("the buyer joined after the start (%v late): the test asks for a joiner of the draw", time.Since(starts))
+	}
+	br.waitFor("the buyer is admitted after the start", `!document.getElementById("buy").hidden`)
+	br.do("buy", chromedp.Click(chromedp.CSS("#buy")))
+	br.waitFor("the page follows the order until it is written", `!document.getElementById("order").hidden &&
+		document.getElementById("order-state").textContent === "confirmed"`)
+	if got := br.text("#state"); got != "You got one" {
+		t.Errorf("state shown %q, want %q", got, "You got one")
+	}
+	br.done("seckill-queue")
+}

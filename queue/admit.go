@@ -1,0 +1,206 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckilldev/seckill/lock"
+)
+
+// Stock tells the admitter how much of a sale is left.
+type Stock interface {
+	Remaining(ctx context.Context, activityID int64) (int64, error)
+}
+
+// Admitter moves the admission of the rooms forward, a tick at a time. One
+// process at a time should run it (Run elects it with the lock library);
+// two at once for a moment, a leader paused past its lease and its
+// successor, admit at most twice the rate for that moment: admission only
+// moves forward (admit.lua), and the stock, not the room, is what keeps a
+// sale from selling more than it has.
+type Admitter struct {
+	room  *Room
+	stock Stock
+	tick  time.Duration
+	admit *redis.Script
+
+	mu    sync.Mutex
+	sales map[int64]*pace
+}
+
+// pace is what the admitter remembers of a sale between ticks.
+type pace struct {
+	last      time.Time
+	carry     float64  // admissions allowed and not yet made (below 1)
+	remaining int64    // the stock left at the last tick (-1: no tick yet)
+	bought    int64    // the sum of the stock's drops between ticks
+	samples   []sample // the last PassTTL of ticks, oldest first
+}
+
+type sample struct {
+	at       time.Time
+	admitted int64
+	bought   int64 // units bought since the first tick: the stock's drops
+}
+
+// DefaultTick is how often Run admits.
+const DefaultTick = 100 * time.Millisecond
+
+// NewAdmitter returns an admitter of r's rooms that reads what is left of
+// each sale from stock, and admits every tick (0: DefaultTick).
+func (r *Room) NewAdmitter(stock Stock, tick time.Duration) *Admitter {
+	if tick <= 0 {
+		tick = DefaultTick
+	}
+	return &Admitter{room: r, stock: stock, tick: tick, admit: redis.NewScript(admitLua), sales: map[int64]*pace{}}
+}
+
+// Tick admits s's next buyers, as many as the rate allows since the last
+// tick and, with s.Hold, the stock left; at the sell-out it stops the
+// admission, and opens it again when units come back. The ticks of one
+// sale must not run concurrently (Run makes them one after the other).
+func (a *Admitter) Tick(ctx context.Context, s Sale, now time.Time) (State, error) {
+	a.mu.Lock()
+	p := a.sales[s.ID]
+	if p == nil {
+		p = &pace{last: now, remaining: -1}
+		a.sales[s.ID] = p
+	}
+	a.mu.Unlock()
+
+	dt := min(now.Sub(p.last), time.Second).Seconds()
+	p.last = now
+	allow := p.carry + float64(max(s.Rate, 1))*max(dt, 0)
+	n := int64(math.Floor(allow))
+	remaining, err := a.stock.Remaining(ctx, s.ID)
+	if err != nil {
+		return State{}, fmt.Errorf("queue: the stock of sale %d: %w", s.ID, err)
+	}
+	closed := remaining <= 0
+	if p.remaining >= 0 && remaining < p.remaining {
+		// units bought (a unit that came back in the same tick hides one:
+		// the count errs on the side of admitting fewer)
+		p.bought += p.remaining - remaining
+	}
+	p.remaining = remaining
+	if s.Hold > 0 {
+		// admitted but not bought within a pass's life: those admitted
+		// since the oldest sample, less the units bought since
+		var outstanding int64
+		if len(p.samples) > 0 {
+			old, last := p.samples[0], p.samples[len(p.samples)-1]
+			outstanding = max((last.admitted-old.admitted)-(p.bought-old.bought), 0)
+		}
+		n = min(n, max(int64(s.Hold)*remaining-outstanding, 0))
+	}
+	closedArg := "0"
+	if closed {
+		closedArg, n = "1", 0
+	}
+	v, err := a.admit.Run(ctx, a.room.rdb, a.room.keys(s.ID), n, closedArg, s.StartsAt.UnixMilli(), expiry(s)).Slice()
+	if err != nil {
+		return State{}, fmt.Errorf("queue: admit in sale %d: %w", s.ID, err)
+	}
+	st, prev, err := parseAdmitted(v)
+	if err != nil {
+		return State{}, err
+	}
+	st.Closed = closed
+	if st.Draw < 0 {
+		p.carry = 0 // before the start: nothing to admit
+		return st, nil
+	}
+	if moved := st.Admitted - prev; moved < n || closed {
+		p.carry = 0 // nobody left to admit: an allowance is not saved up
+	} else {
+		p.carry = allow - float64(n)
+	}
+	p.samples = append(p.samples, sample{at: now, admitted: st.Admitted, bought: p.bought})
+	cut := 0
+	for cut < len(p.samples)-1 && now.Sub(p.samples[cut].at) > a.room.cfg.PassTTL {
+		cut++
+	}
+	p.samples = p.samples[cut:]
+	return st, nil
+}
+
+// parseAdmitted reads admit.lua's reply {a, th, p, arrivals, ms, a before};
+// prev is what was admitted before the tick.
+func parseAdmitted(v []any) (st State, prev int64, err error) {
+	if len(v) != 6 {
+		return State{}, 0, errors.New("queue: admit.lua: unexpected reply")
+	}
+	num := func(x any) int64 {
+		switch x := x.(type) {
+		case int64:
+			return x
+		case string:
+			n, _ := strconv.ParseInt(x, 10, 64)
+			return n
+		}
+		return 0
+	}
+	st = State{Admitted: num(v[0]), Draw: num(v[2]), Th: -1, At: time.UnixMilli(num(v[4]))}
+	switch th, _ := v[1].(string); th {
+	case "inf":
+		st.Th = math.Inf(1)
+	case "-1", "":
+	default:
+		st.Th, _ = strconv.ParseFloat(th, 64)
+	}
+	return st, num(v[5]), nil
+}
+
+// Run leads the admission of the rooms of sales() (called every tick: the
+// sales with a waiting room that have not ended) while it holds the lock
+// "queue:admitter" of locks, and waits for it while another process does,
+// until ctx ends.
+func (a *Admitter) Run(ctx context.Context, locks *lock.Client, sales func() []Sale) error {
+	for ctx.Err() == nil {
+		l, err := locks.Lock(ctx, "queue:admitter")
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			a.room.cfg.Log.Warn("waiting room: cannot take the admitter's lock", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		// lead until the lock is lost or ctx ends
+		lctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(l.Context(), cancel)
+		a.lead(lctx, sales)
+		stop()
+		cancel()
+		_ = l.Unlock(context.WithoutCancel(ctx))
+	}
+	return ctx.Err()
+}
+
+// lead admits every tick until ctx (the lock's) ends.
+func (a *Admitter) lead(ctx context.Context, sales func() []Sale) {
+	t := time.NewTicker(a.tick)
+	defer t.Stop()
+	for {
+		for _, s := range sales() {
+			if _, err := a.Tick(ctx, s, time.Now()); err != nil && ctx.Err() == nil {
+				a.room.cfg.Log.Warn("waiting room: admission tick failed", "activity", s.ID, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
