@@ -56,6 +56,8 @@ var codes = map[string]int{
 	queue.EPASSINVALID:  http.StatusForbidden,
 	queue.EPASSEXPIRED:  http.StatusForbidden,
 	queue.ETICKET:       http.StatusBadRequest,
+	queue.EWORKREQUIRED: http.StatusForbidden,
+	queue.EWORKINVALID:  http.StatusForbidden,
 
 	"method_not_allowed": http.StatusMethodNotAllowed,
 	codeRateLimited:      http.StatusTooManyRequests,
@@ -125,6 +127,7 @@ func New(s *sale.Service, adminToken string, health map[string]Health, log *slog
 	srv.handle("/api/v1/activities/{id}", "activity", map[string]http.HandlerFunc{"GET": srv.getActivity})
 	srv.handle("/api/v1/activities/{id}/grab", "grab", map[string]http.HandlerFunc{"POST": srv.grab})
 	srv.handle("/api/v1/activities/{id}/queue", "queue", map[string]http.HandlerFunc{"POST": srv.joinQueue, "GET": srv.queueStatus})
+	srv.handle("/api/v1/activities/{id}/queue/challenge", "queue_challenge", map[string]http.HandlerFunc{"GET": srv.queueChallenge})
 	srv.handle("/api/v1/orders/{id}", "order", map[string]http.HandlerFunc{"GET": srv.getOrder})
 	srv.handle("/api/v1/orders/{id}/pay", "pay", map[string]http.HandlerFunc{"POST": srv.payOrder})
 	srv.handle("/api/v1/orders/{id}/cancel", "cancel", map[string]http.HandlerFunc{"POST": srv.cancelOrder})

@@ -12,8 +12,10 @@ import (
 // The waiting room's headers: a buyer shows the ticket with each status
 // poll, and the pass with the grab.
 const (
-	ticketHeader = "X-Queue-Ticket"
-	passHeader   = "X-Queue-Pass"
+	ticketHeader    = "X-Queue-Ticket"
+	passHeader      = "X-Queue-Pass"
+	challengeHeader = "X-Queue-Challenge"
+	nonceHeader     = "X-Queue-Nonce"
 )
 
 // queueRequest is an activity's waiting room, as created and shown.
@@ -64,6 +66,10 @@ func (s *Server) joinQueue(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if err := s.room.VerifyWork(sale.ID, uid, r.Header.Get(challengeHeader), r.Header.Get(nonceHeader), time.Now()); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	tk, err := s.room.Join(r.Context(), sale, uid)
 	if err != nil {
 		s.fail(w, r, err)
@@ -73,6 +79,22 @@ func (s *Server) joinQueue(w http.ResponseWriter, r *http.Request) {
 		Ticket string `json:"ticket"`
 		Drawn  bool   `json:"drawn"`
 	}{tk.Token, tk.Drawn})
+}
+
+// queueChallenge gives the buyer a challenge to answer with a proof of
+// work when joining (serve --queue-work-bits); "" and 0 bits when the room
+// asks none.
+func (s *Server) queueChallenge(w http.ResponseWriter, r *http.Request) {
+	sale, uid, err := s.queueSale(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	c, bits := s.room.Challenge(sale.ID, uid, time.Now())
+	writeJSON(w, http.StatusOK, struct {
+		Challenge string `json:"challenge"`
+		Bits      int    `json:"bits"`
+	}{c, bits})
 }
 
 // queueStatus answers a poll: waiting (how many ahead, about how long),

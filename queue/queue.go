@@ -30,7 +30,9 @@ package queue
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	_ "embed"
 	"encoding/binary"
 	"errors"
@@ -53,6 +55,8 @@ const (
 	EPASSINVALID  = "pass_invalid"
 	EPASSEXPIRED  = "pass_expired"
 	ETICKET       = "ticket_invalid"
+	EWORKREQUIRED = "work_required"
+	EWORKINVALID  = "work_invalid"
 )
 
 var (
@@ -64,6 +68,13 @@ var (
 	ErrPassExpired = seckill.Errorf(EPASSEXPIRED, "the pass has expired: ask for your status again for a new one")
 	// ErrTicket: the ticket is not this room's, or not for this user and sale.
 	ErrTicket = seckill.Errorf(ETICKET, "the ticket is not valid for this user and this sale")
+	// ErrWorkRequired: the room asks a proof of work to join, and none came.
+	ErrWorkRequired = seckill.Errorf(EWORKREQUIRED, "joining this waiting room takes a proof of work: get a challenge, and join with its answer")
+	// ErrWorkInvalid: the challenge is not this room's for this user and
+	// sale, or the nonce does not answer it.
+	ErrWorkInvalid = seckill.Errorf(EWORKINVALID, "the proof of work does not answer a challenge of this room for this user and this sale")
+	// ErrWorkExpired: the challenge is older than WorkTTL.
+	ErrWorkExpired = seckill.Errorf(EWORKINVALID, "the challenge has expired: get a new one")
 )
 
 // Config tunes a Room. Zero values take the defaults, but Key.
@@ -80,6 +91,9 @@ type Config struct {
 	Refresh time.Duration
 	// Log receives the room's warnings. Default slog.Default().
 	Log *slog.Logger
+	// WorkBits, if not 0, makes joining take a proof of work: about
+	// 2^WorkBits SHA-256 hashes per join (see Challenge). At most 32.
+	WorkBits int
 }
 
 // Sale is what a room needs to know of an activity.
@@ -97,6 +111,7 @@ type Sale struct {
 type Room struct {
 	rdb  redis.UniversalClient
 	key  []byte
+	macs sync.Pool // of HMAC-SHA256 under key: a poll signs and checks
 	cfg  Config
 	join *redis.Script
 
@@ -131,6 +146,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Room, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "seckill"
 	}
+	if cfg.WorkBits < 0 || cfg.WorkBits > 32 {
+		return nil, errors.New("queue: Config.WorkBits must lie between 0 and 32")
+	}
 	if cfg.PassTTL <= 0 {
 		cfg.PassTTL = 2 * time.Minute
 	}
@@ -141,6 +159,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Room, error) {
 		cfg.Log = slog.Default()
 	}
 	r := &Room{rdb: rdb, key: cfg.Key, cfg: cfg, join: redis.NewScript(joinLua), rooms: map[int64]bool{}}
+	r.macs.New = func() any { return hmac.New(sha256.New, r.key) }
 	r.states.Store(&stateMap{})
 	return r, nil
 }

@@ -28,7 +28,7 @@ func (s *stockLeft) Remaining(context.Context, int64) (int64, error) { return s.
 
 var prefix = testenv.RandHex(6)
 
-func newRoom(t *testing.T) (*queue.Room, *rediscount.Counter, redis.UniversalClient) {
+func newRoom(t testing.TB) (*queue.Room, *rediscount.Counter, redis.UniversalClient) {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	t.Cleanup(func() {
@@ -385,5 +385,50 @@ func TestMemoryPerWaiter(t *testing.T) {
 	t.Logf("Redis bytes per waiting buyer: %.0f joined after the start, %.0f before", a, b)
 	if a > 120 || b > 250 || math.IsNaN(a+b) {
 		t.Errorf("bytes per waiting buyer: %.0f after the start (want <= 120), %.0f before (want <= 250)", a, b)
+	}
+}
+
+// TestProofOfWork: with WorkBits, a join's proof answers a challenge of
+// this room for this buyer and sale, issued within WorkTTL.
+func TestProofOfWork(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { rdb.Close() })
+	r, err := queue.New(rdb, queue.Config{Key: testKey, Prefix: prefix, WorkBits: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	c, bits := r.Challenge(5, 7, now)
+	if bits != 12 || c == "" {
+		t.Fatalf("challenge %q of %d bits, want one of 12", c, bits)
+	}
+	nonce := queue.Solve(c, bits)
+	wrong := "0"
+	for queue.Solves(c, wrong, bits) {
+		wrong += "0"
+	}
+	other, _ := r.Challenge(5, 8, now)
+	for _, tc := range []struct {
+		name             string
+		activity, uid    int64
+		challenge, nonce string
+		at               time.Time
+		want             error
+	}{
+		{"answered", 5, 7, c, nonce, now, nil},
+		{"no proof", 5, 7, "", "", now, queue.ErrWorkRequired},
+		{"a wrong nonce", 5, 7, c, wrong, now, queue.ErrWorkInvalid},
+		{"another buyer's challenge", 5, 7, other, queue.Solve(other, bits), now, queue.ErrWorkInvalid},
+		{"another sale", 6, 7, c, nonce, now, queue.ErrWorkInvalid},
+		{"expired", 5, 7, c, nonce, now.Add(queue.WorkTTL + time.Second), queue.ErrWorkExpired},
+		{"forged", 5, 7, strings.Replace(c, ".7.", ".8.", 1), nonce, now, queue.ErrWorkInvalid},
+	} {
+		if err := r.VerifyWork(tc.activity, tc.uid, tc.challenge, tc.nonce, tc.at); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	free, _, _ := newRoom(t)
+	if c, bits := free.Challenge(5, 7, now); c != "" || bits != 0 || free.VerifyWork(5, 7, "", "", now) != nil {
+		t.Errorf("a room without work: challenge %q of %d bits, want none, and joins without proof", c, bits)
 	}
 }

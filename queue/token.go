@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"hash"
 	"strconv"
 	"strings"
 	"time"
@@ -22,7 +23,9 @@ func (r *Room) sign(fields string) string {
 }
 
 func (r *Room) mac(fields string) []byte {
-	h := hmac.New(sha256.New, r.key)
+	h := r.macs.Get().(hash.Hash)
+	defer r.macs.Put(h)
+	h.Reset()
 	h.Write([]byte(fields))
 	return h.Sum(nil)[:macLen]
 }
@@ -86,4 +89,73 @@ func (r *Room) parseTicket(token string) (activity, uid int64, place string, ok 
 		return 0, 0, "", false
 	}
 	return a, u, f[3], true
+}
+
+// Proof of work on joining (Config.WorkBits): the buyer asks for a
+// challenge, "w.<activity>.<uid>.<issued>" signed (issued in Unix seconds),
+// and joins with a nonce such that SHA-256 of "<challenge>.<nonce>" starts
+// with WorkBits zero bits. The challenge binds the work to one buyer and one
+// sale, and lasts WorkTTL: work done for one account does not serve
+// another, nor more than a few minutes ahead. Nothing is stored.
+
+// WorkTTL is how long a challenge may be answered.
+const WorkTTL = 10 * time.Minute
+
+// Challenge returns a challenge for uid's join of activity, and the zero
+// bits its answer needs ("" and 0 when the room asks no work).
+func (r *Room) Challenge(activity, uid int64, now time.Time) (string, int) {
+	if r.cfg.WorkBits == 0 {
+		return "", 0
+	}
+	return r.sign("w." + strconv.FormatInt(activity, 10) + "." + strconv.FormatInt(uid, 10) + "." + strconv.FormatInt(now.Unix(), 10)), r.cfg.WorkBits
+}
+
+// VerifyWork checks a join's proof of work: a challenge of this room for
+// this buyer and sale, not older than WorkTTL, and a nonce that answers it.
+func (r *Room) VerifyWork(activity, uid int64, challenge, nonce string, now time.Time) error {
+	if r.cfg.WorkBits == 0 {
+		return nil
+	}
+	if challenge == "" || nonce == "" {
+		return ErrWorkRequired
+	}
+	f, ok := r.open(challenge)
+	if !ok || len(f) != 4 || f[0] != "w" || len(nonce) > 32 {
+		return ErrWorkInvalid
+	}
+	a, err1 := strconv.ParseInt(f[1], 10, 64)
+	u, err2 := strconv.ParseInt(f[2], 10, 64)
+	issued, err3 := strconv.ParseInt(f[3], 10, 64)
+	switch {
+	case err1 != nil || err2 != nil || err3 != nil || a != activity || u != uid:
+		return ErrWorkInvalid
+	case now.Sub(time.Unix(issued, 0)) > WorkTTL:
+		return ErrWorkExpired
+	case !Solves(challenge, nonce, r.cfg.WorkBits):
+		return ErrWorkInvalid
+	}
+	return nil
+}
+
+// Solves reports whether SHA-256 of "<challenge>.<nonce>" starts with bits
+// zero bits.
+func Solves(challenge, nonce string, bits int) bool {
+	sum := sha256.Sum256([]byte(challenge + "." + nonce))
+	for i := 0; i < bits; i++ {
+		if sum[i/8]&(0x80>>(i%8)) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Solve finds a nonce that answers challenge: about 2^bits hashes. A
+// buyer's client does this (the buyer's page in JavaScript); it is here for
+// Go clients and tests.
+func Solve(challenge string, bits int) string {
+	for n := 0; ; n++ {
+		if s := strconv.Itoa(n); Solves(challenge, s, bits) {
+			return s
+		}
+	}
 }

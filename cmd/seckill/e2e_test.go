@@ -56,6 +56,9 @@ func startServe(t testing.TB, be backend, prefix string, extra ...string) *insta
 		if f, ok := strings.CutPrefix(e, "--compare-results="); ok {
 			c.compareResults = f
 		}
+		if f, ok := strings.CutPrefix(e, "--queue-work-bits="); ok {
+			c.queue.work, _ = strconv.Atoi(f)
+		}
 	}
 	logs := newTestLog(t)
 	go func() { done <- runServe(ctx, c, io.Discard, logs) }()

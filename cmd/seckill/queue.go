@@ -14,11 +14,22 @@ import (
 
 // queueFlags configures the waiting rooms of the sales that have one.
 type queueFlags struct {
-	key string // --queue-key
+	key  string // --queue-key
+	work int    // --queue-work-bits
 }
 
 func (f *queueFlags) register(fs flagSet) {
+	fs.IntVar(&f.work, "queue-work-bits", 0, "joining a waiting room takes a proof of work of about 2^N SHA-256 hashes (0 to 32; 0: none): minting tickets for many accounts costs CPU")
 	fs.StringVar(&f.key, "queue-key", "", "the secret (at least 32 bytes) that signs the waiting rooms' tickets and passes: the same on every instance (default: a random key, for one instance only)")
+}
+
+// check refuses bad flags before anything starts.
+func (f *queueFlags) check() error {
+	if f.work < 0 || f.work > 32 {
+		return usagef("--queue-work-bits: %d is not between 0 and 32", f.work)
+	}
+	_, _, err := f.roomKey()
+	return err
 }
 
 // roomKey returns the key that signs tickets and passes, and whether it was
@@ -45,7 +56,7 @@ func newRoom(f *queueFlags, bk *backends, prefix string, log *slog.Logger) (*que
 	if generated {
 		log.Info("waiting rooms: tickets and passes are signed with a key made for this process; give every instance the same --queue-key")
 	}
-	return queue.New(bk.rdb, queue.Config{Key: key, Prefix: prefix, Log: log})
+	return queue.New(bk.rdb, queue.Config{Key: key, Prefix: prefix, Log: log, WorkBits: f.work})
 }
 
 // startRoom runs the room's refresh and, while this process leads, its

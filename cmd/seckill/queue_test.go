@@ -10,6 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/seckilldev/seckill/internal/testenv"
+	"github.com/seckilldev/seckill/queue"
 )
 
 // TestWaitingRoom runs a sale behind a waiting room through serve: a grab
@@ -133,12 +134,13 @@ func TestWaitingRoom(t *testing.T) {
 }
 
 // TestWaitingRoomInBrowser: the buyer's page in headless Chromium, on
-// serve: a buyer joins before the start (the page says so), is admitted
+// serve with a proof of work on joining: a buyer joins before the start
+// (the page does the work, and says the buyer is in the draw), is admitted
 // after it, buys with the Buy button, and sees the order written.
 func TestWaitingRoomInBrowser(t *testing.T) {
 	testenv.NeedBinary(t, "chromium")
 	be := backend{"sqlite", redisURL(t), "sqlite://" + filepath.Join(t.TempDir(), "queue.db")}
-	in := startServe(t, be, testenv.Prefix(t))
+	in := startServe(t, be, testenv.Prefix(t), "--queue-work-bits=10")
 	starts := time.Now().Add(4 * time.Second)
 	body := fmt.Sprintf(`{"name":"concert","stock":3,"starts_at":%q,"ends_at":%q,"queue":{"rate":5}}`,
 		starts.Format(time.RFC3339Nano), starts.Add(time.Hour).Format(time.RFC3339Nano))
@@ -147,8 +149,16 @@ func TestWaitingRoomInBrowser(t *testing.T) {
 		t.Fatalf("create: %d %v", r.status, r.body)
 	}
 	id := int64(r.body["id"].(float64))
+	queuePath := fmt.Sprintf("/api/v1/activities/%d/queue", id)
+	if j := in.do("POST", queuePath, user(2), ""); j.status != http.StatusForbidden || j.code() != "work_required" {
+		t.Fatalf("join without the work: %d %v, want 403 work_required", j.status, j.body)
+	}
 	for uid := int64(2); uid <= 3; uid++ { // two more buyers in the draw
-		if j := in.do("POST", fmt.Sprintf("/api/v1/activities/%d/queue", id), user(uid), ""); j.status != http.StatusOK {
+		c := in.do("GET", queuePath+"/challenge", user(uid), "")
+		challenge, bits := c.body["challenge"].(string), int(c.body["bits"].(float64))
+		h := user(uid)
+		h["X-Queue-Challenge"], h["X-Queue-Nonce"] = challenge, queue.Solve(challenge, bits)
+		if j := in.do("POST", queuePath, h, ""); j.status != http.StatusOK {
 			t.Fatalf("join by %d: %d %v", uid, j.status, j.body)
 		}
 	}

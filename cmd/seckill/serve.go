@@ -128,6 +128,9 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) (err
 	if err != nil {
 		return err
 	}
+	if err := c.queue.check(); err != nil {
+		return err
+	}
 	if c.drainTimeout == 0 {
 		c.drainTimeout = defaultDrainTimeout
 	}

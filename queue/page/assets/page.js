@@ -51,9 +51,23 @@ async function join(ev) {
   const user = String(f.get("user") || "").trim();
   const token = String(f.get("token") || "").trim();
   who = token ? { "Authorization": "Bearer " + token } : { "X-User-ID": user };
-  const r = await call("POST", "/api/v1/activities/" + activity + "/queue");
+  const base = "/api/v1/activities/" + activity + "/queue";
+  const c = await call("GET", base + "/challenge");
+  if (c.status !== 200) {
+    fail(c.body, c.status);
+    return;
+  }
+  let proof = {};
+  if (c.body.bits > 0) {
+    $("join").disabled = true;
+    $("join").textContent = "Working…";
+    proof = { "X-Queue-Challenge": c.body.challenge, "X-Queue-Nonce": await solve(c.body.challenge, c.body.bits) };
+    $("join").textContent = "Join the queue";
+  }
+  const r = await call("POST", base, proof);
   if (r.status !== 200) {
     fail(r.body, r.status);
+    $("join").disabled = false;
     return;
   }
   ticket = r.body.ticket;
@@ -63,6 +77,36 @@ async function join(ev) {
     "You joined before the start: at the start, everyone who did is put in a random order." :
     "You are in line, in the order you joined.";
   poll();
+}
+
+// solve finds a nonce such that SHA-256 of "<challenge>.<nonce>" starts
+// with bits zero bits (the room's proof of work on joining).
+async function solve(challenge, bits) {
+  const enc = new TextEncoder();
+  for (let n = 0; ; n += 64) {
+    const batch = [];
+    for (let i = n; i < n + 64; i++) {
+      batch.push(crypto.subtle.digest("SHA-256", enc.encode(challenge + "." + i)));
+    }
+    const sums = await Promise.all(batch);
+    for (let i = 0; i < sums.length; i++) {
+      if (leadingZeros(new Uint8Array(sums[i])) >= bits) {
+        return String(n + i);
+      }
+    }
+  }
+}
+
+function leadingZeros(b) {
+  let z = 0;
+  for (const x of b) {
+    if (x === 0) {
+      z += 8;
+      continue;
+    }
+    return z + Math.clz32(x) - 24;
+  }
+  return z;
 }
 
 async function poll() {
