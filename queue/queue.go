@@ -129,6 +129,9 @@ type State struct {
 	Th       float64 // a buyer of the draw is admitted when r <= Th
 	Closed   bool    // admission stopped: sold out
 	At       time.Time
+	// Joined counts the buyers who joined: the draw and those after the
+	// start (read by Refresh; Tick leaves it 0).
+	Joined int64
 }
 
 var (
@@ -281,6 +284,10 @@ func (r *Room) track(id int64) {
 	r.mu.Unlock()
 }
 
+// States returns the admission state of every room this instance answers
+// for, as it last read them.
+func (r *Room) States() map[int64]State { return *r.states.Load() }
+
 // Forget stops reading the state of activity id's room (its sale ended).
 func (r *Room) Forget(id int64) {
 	r.mu.Lock()
@@ -326,9 +333,12 @@ func (r *Room) Refresh(ctx context.Context) error {
 		return nil
 	}
 	cmds := make([]*redis.SliceCmd, len(ids))
+	arrivals := make([]*redis.StringCmd, len(ids))
 	_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
-			cmds[i] = p.HMGet(ctx, r.keys(id)[3], "a", "p", "th", "closed", "ms")
+			k := r.keys(id)
+			cmds[i] = p.HMGet(ctx, k[3], "a", "p", "th", "closed", "ms")
+			arrivals[i] = p.Get(ctx, k[2])
 		}
 		return nil
 	})
@@ -338,6 +348,8 @@ func (r *Room) Refresh(ctx context.Context) error {
 	next := stateMap{}
 	for i, id := range ids {
 		if st, ok := parseState(cmds[i].Val()); ok {
+			n, _ := arrivals[i].Int64()
+			st.Joined = max(st.Draw, 0) + n
 			next[id] = st
 		}
 	}

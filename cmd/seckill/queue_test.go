@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,6 +131,24 @@ func TestWaitingRoom(t *testing.T) {
 	// every instance reads it within a refresh: each waiting buyer's next
 	// poll says sold out (the loop above stopped once every buyer was told
 	// admitted or sold out).
+	req, _ := http.NewRequest("GET", in.url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+in.token)
+	resp, err := in.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	metrics := string(b)
+	for _, want := range []string{
+		fmt.Sprintf(`seckill_queue_joined_total{activity="%d"} %d`, id, buyers),
+		fmt.Sprintf(`seckill_queue_admitted_total{activity="%d"} %d`, id, admitted),
+		fmt.Sprintf(`seckill_queue_closed{activity="%d"} 1`, id),
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 	t.Logf("%d admitted in the order of joining, %d sold; the last waiting buyer told sold out %v after the sell-out",
 		admitted, sold, time.Since(soldOutAt).Round(time.Millisecond))
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/seckilldev/seckill/dashboard"
 	"github.com/seckilldev/seckill/httpapi"
 	"github.com/seckilldev/seckill/internal/lazyconn"
+	"github.com/seckilldev/seckill/queue"
 	"github.com/seckilldev/seckill/queue/page"
 	"github.com/seckilldev/seckill/sale"
 	"github.com/seckilldev/seckill/stock"
@@ -202,6 +203,7 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) (err
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(queue.NewCollector(room))
 	svc := sale.New(bk.store, bk.engine, sale.Config{Serialize: serializer(locks), Admission: room}, log, saleMetrics)
 	if err := svc.WarmUp(ctx); err != nil {
 		log.Warn("warm-up incomplete; activities load on first grab", "err", err)
