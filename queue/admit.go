@@ -191,12 +191,29 @@ func (a *Admitter) Run(ctx context.Context, locks *lock.Client, sales func() []S
 func (a *Admitter) lead(ctx context.Context, sales func() []Sale) {
 	t := time.NewTicker(a.tick)
 	defer t.Stop()
+	failing := map[int64]bool{} // warned once, until a tick succeeds
 	for {
+		live := map[int64]bool{}
 		for _, s := range sales() {
-			if _, err := a.Tick(ctx, s, time.Now()); err != nil && ctx.Err() == nil {
-				a.room.cfg.Log.Warn("waiting room: admission tick failed", "activity", s.ID, "err", err)
+			live[s.ID] = true
+			_, err := a.Tick(ctx, s, time.Now())
+			switch {
+			case err != nil && ctx.Err() == nil && !failing[s.ID]:
+				a.room.cfg.Log.Warn("waiting room: admission tick failed; trying every tick", "activity", s.ID, "err", err)
+				failing[s.ID] = true
+			case err == nil && failing[s.ID]:
+				a.room.cfg.Log.Info("waiting room: admitting again", "activity", s.ID)
+				delete(failing, s.ID)
 			}
 		}
+		a.mu.Lock()
+		for id := range a.sales {
+			if !live[id] { // ended: its pace is of no more use
+				delete(a.sales, id)
+				delete(failing, id)
+			}
+		}
+		a.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return

@@ -116,7 +116,7 @@ type Room struct {
 	join *redis.Script
 
 	mu     sync.Mutex
-	rooms  map[int64]bool           // the rooms whose state this instance reads
+	rooms  map[int64]time.Time      // the rooms whose state this instance reads, to their sale's end
 	states atomic.Pointer[stateMap] // read without a lock by Status
 }
 
@@ -161,7 +161,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Room, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	r := &Room{rdb: rdb, key: cfg.Key, cfg: cfg, join: redis.NewScript(joinLua), rooms: map[int64]bool{}}
+	r := &Room{rdb: rdb, key: cfg.Key, cfg: cfg, join: redis.NewScript(joinLua), rooms: map[int64]time.Time{}}
 	r.macs.New = func() any { return hmac.New(sha256.New, r.key) }
 	r.states.Store(&stateMap{})
 	return r, nil
@@ -199,7 +199,7 @@ func (r *Room) Join(ctx context.Context, s Sale, uid int64) (Ticket, error) {
 	if v == "e" {
 		return Ticket{}, seckill.Errorf(seckill.EENDED, "the sale has ended")
 	}
-	r.track(s.ID)
+	r.track(s)
 	return Ticket{Token: r.sign(ticketFields(s.ID, uid, v)), Drawn: v[0] == 'p'}, nil
 }
 
@@ -237,7 +237,7 @@ func (r *Room) Status(s Sale, ticket string, uid int64, now time.Time) (Status, 
 	rate := float64(max(s.Rate, 1))
 	st, known := (*r.states.Load())[s.ID]
 	if !known {
-		r.track(s.ID)
+		r.track(s)
 	}
 	if !known || st.Draw < 0 {
 		// before the start (or before this instance read the room): the
@@ -277,23 +277,17 @@ func (r *Room) Status(s Sale, ticket string, uid int64, now time.Time) (Status, 
 
 func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
 
-// track makes this instance read s's room's state from the next refresh on.
-func (r *Room) track(id int64) {
+// track makes this instance read s's room's state from the next refresh
+// on, until the sale ends.
+func (r *Room) track(s Sale) {
 	r.mu.Lock()
-	r.rooms[id] = true
+	r.rooms[s.ID] = s.EndsAt
 	r.mu.Unlock()
 }
 
 // States returns the admission state of every room this instance answers
 // for, as it last read them.
 func (r *Room) States() map[int64]State { return *r.states.Load() }
-
-// Forget stops reading the state of activity id's room (its sale ended).
-func (r *Room) Forget(id int64) {
-	r.mu.Lock()
-	delete(r.rooms, id)
-	r.mu.Unlock()
-}
 
 // Watch reads the state of every room this instance answers for every
 // Config.Refresh, in one pipeline, until ctx ends.
@@ -325,7 +319,12 @@ func (r *Room) Watch(ctx context.Context) error {
 func (r *Room) Refresh(ctx context.Context) error {
 	r.mu.Lock()
 	ids := make([]int64, 0, len(r.rooms))
-	for id := range r.rooms {
+	now := time.Now()
+	for id, ends := range r.rooms {
+		if now.After(ends) {
+			delete(r.rooms, id) // a poll answers "ended" without the state
+			continue
+		}
 		ids = append(ids, id)
 	}
 	r.mu.Unlock()
