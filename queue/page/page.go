@@ -9,8 +9,10 @@ package page
 
 import (
 	"embed"
+	"encoding/json"
 	"io/fs"
 	"net/http"
+	"strings"
 )
 
 // Prefix is the path the page is served under.
@@ -33,9 +35,31 @@ func Handler() http.Handler {
 		h.Set("Referrer-Policy", "no-referrer")
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			h.Set("Allow", "GET, HEAD")
-			http.Error(w, "only GET and HEAD are allowed here", http.StatusMethodNotAllowed)
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "only GET and HEAD are allowed here")
+			return
+		}
+		if r.URL.Path == strings.TrimSuffix(Prefix, "/") {
+			// the page's files are relative to Prefix
+			u := *r.URL
+			u.Path = Prefix
+			http.Redirect(w, r, u.String(), http.StatusMovedPermanently)
+			return
+		}
+		name := strings.TrimPrefix(r.URL.Path, Prefix)
+		if name == "" {
+			name = "index.html"
+		}
+		if _, err := fs.Stat(sub, name); err != nil || strings.Contains(name, "/") {
+			writeError(w, http.StatusNotFound, "not_found", "no such page resource")
 			return
 		}
 		files.ServeHTTP(w, r)
 	})
+}
+
+// writeError answers as the API does: {"error":{"code","message"}}.
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]map[string]string{"error": {"code": code, "message": msg}})
 }
