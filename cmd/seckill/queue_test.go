@@ -161,7 +161,9 @@ func TestWaitingRoomInBrowser(t *testing.T) {
 	testenv.NeedBinary(t, "chromium")
 	be := backend{"sqlite", redisURL(t), "sqlite://" + filepath.Join(t.TempDir(), "queue.db")}
 	in := startServe(t, be, testenv.Prefix(t), "--queue-work-bits=10")
-	starts := time.Now().Add(4 * time.Second)
+	// The browser starts first: the buyer must join before the sale does.
+	br := newBrowser(t, 900, 900)
+	starts := time.Now().Add(6 * time.Second)
 	body := fmt.Sprintf(`{"name":"concert","stock":3,"starts_at":%q,"ends_at":%q,"queue":{"rate":5}}`,
 		starts.Format(time.RFC3339Nano), starts.Add(time.Hour).Format(time.RFC3339Nano))
 	r := in.do("POST", "/api/v1/activities", in.admin(), body)
@@ -183,7 +185,6 @@ func TestWaitingRoomInBrowser(t *testing.T) {
 		}
 	}
 
-	br := newBrowser(t, 900, 900)
 	br.do("open the page", chromedp.Navigate(fmt.Sprintf("%s/queue/?activity=%d", in.url, id)),
 		chromedp.WaitVisible(chromedp.CSS("#who")))
 	br.waitFor("the page shows the sale", `document.getElementById("title").textContent === "concert"`)
