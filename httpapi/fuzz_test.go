@@ -120,7 +120,7 @@ func newFuzzAPI(tb testing.TB, dbURL string, opts ...httpapi.Option) *fuzzAPI {
 		tb.Fatal(err)
 	}
 	a.queued = q.ID
-	tk, err := room.Join(ctx, queue.Sale{ID: q.ID, StartsAt: q.StartsAt, EndsAt: q.EndsAt, Rate: q.QueueRate}, 1)
+	tk, err := room.Join(ctx, queue.SaleOf(q), 1)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func (s *Server) queueSale(r *http.Request) (queue.Sale, int64, error) {
 	if s.room == nil {
 		return queue.Sale{}, 0, seckill.Errorf(seckill.EUNAVAILABLE, "this sale has a waiting room, and this instance runs none")
 	}
-	return queue.Sale{ID: a.ID, StartsAt: a.StartsAt, EndsAt: a.EndsAt, Rate: a.QueueRate, Hold: a.QueueHold}, c.UserID, nil
+	return queue.SaleOf(a), c.UserID, nil
 }
 
 // joinQueue gives the buyer a ticket of the sale's waiting room: the same

@@ -128,8 +128,9 @@ func (c *Client) newLock(name, spec string, cfg lockConfig) *Lock {
 	if l.lease != DefaultLease {
 		l.leaseArg, l.placeArg = ms(l.lease), ms(placeTTL(l.lease))
 	}
-	// one allocation for the four keys and the hold token: K, K's suffixes
-	// after it (F and Q start with K; W repeats it), the token
+	// one allocation for the four keys and the hold token: K and F share
+	// one copy of the key (F is K and its suffix), Q and W each repeat it,
+	// then the token
 	tagged := hashTagged(name)
 	var b strings.Builder
 	size := 3*(len(c.prefix)+len(name)) + len(fenceSuffix) + len(queueSuffix) + len(waitSuffix) + len(c.id) + 1 + 13

@@ -131,10 +131,10 @@ func (a *Admitter) Tick(ctx context.Context, s Sale, now time.Time) (State, erro
 	return st, nil
 }
 
-// parseAdmitted reads admit.lua's reply {a, th, p, arrivals, ms, a before};
-// prev is what was admitted before the tick.
+// parseAdmitted reads admit.lua's reply {a, th, p, a before}; prev is what
+// was admitted before the tick.
 func parseAdmitted(v []any) (st State, prev int64, err error) {
-	if len(v) != 6 {
+	if len(v) != 4 {
 		return State{}, 0, errors.New("queue: admit.lua: unexpected reply")
 	}
 	num := func(x any) int64 {
@@ -147,15 +147,8 @@ func parseAdmitted(v []any) (st State, prev int64, err error) {
 		}
 		return 0
 	}
-	st = State{Admitted: num(v[0]), Draw: num(v[2]), Th: -1, At: time.UnixMilli(num(v[4]))}
-	switch th, _ := v[1].(string); th {
-	case "inf":
-		st.Th = math.Inf(1)
-	case "-1", "":
-	default:
-		st.Th, _ = strconv.ParseFloat(th, 64)
-	}
-	return st, num(v[5]), nil
+	th, _ := v[1].(string)
+	return State{Admitted: num(v[0]), Draw: num(v[2]), Th: parseTh(th)}, num(v[3]), nil
 }
 
 // Run leads the admission of the rooms of sales() (called every tick: the

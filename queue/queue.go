@@ -107,6 +107,12 @@ type Sale struct {
 	Hold int
 }
 
+// SaleOf returns the room's view of activity a (which has a waiting room
+// when a.QueueRate > 0).
+func SaleOf(a seckill.Activity) Sale {
+	return Sale{ID: a.ID, StartsAt: a.StartsAt, EndsAt: a.EndsAt, Rate: a.QueueRate, Hold: a.QueueHold}
+}
+
 // Room is the waiting room of every sale that has one.
 type Room struct {
 	rdb  redis.UniversalClient
@@ -128,7 +134,6 @@ type State struct {
 	Draw     int64   // buyers who joined before the start; -1 until counted
 	Th       float64 // a buyer of the draw is admitted when r <= Th
 	Closed   bool    // admission stopped: sold out
-	At       time.Time
 	// Joined counts the buyers who joined: the draw and those after the
 	// start (read by Refresh; Tick leaves it 0).
 	Joined int64
@@ -362,20 +367,26 @@ func parseState(v []any) (State, bool) {
 		return State{}, false // never written: the admitter has not run
 	}
 	str := func(i int) string { s, _ := v[i].(string); return s }
-	st := State{Draw: -1, Th: -1, Closed: str(3) == "1"}
+	st := State{Draw: -1, Th: parseTh(str(2)), Closed: str(3) == "1"}
 	st.Admitted, _ = strconv.ParseInt(str(0), 10, 64)
 	if p, err := strconv.ParseInt(str(1), 10, 64); err == nil {
 		st.Draw = p
 	}
-	switch th := str(2); th {
-	case "inf":
-		st.Th = math.Inf(1)
-	case "", "-1":
-	default:
-		st.Th, _ = strconv.ParseFloat(th, 64)
-	}
-	if ms, err := strconv.ParseInt(str(4), 10, 64); err == nil {
-		st.At = time.UnixMilli(ms)
-	}
 	return st, true
+}
+
+// parseTh reads the state's th: "inf" (the whole draw admitted), "-1" or
+// absent (none of it), or the r of the last buyer of the draw admitted.
+func parseTh(th string) float64 {
+	switch th {
+	case "inf":
+		return math.Inf(1)
+	case "", "-1":
+		return -1
+	}
+	f, err := strconv.ParseFloat(th, 64)
+	if err != nil {
+		return -1
+	}
+	return f
 }

@@ -28,32 +28,19 @@ func (f *queueFlags) check() error {
 	if f.work < 0 || f.work > 32 {
 		return usagef("--queue-work-bits: %d is not between 0 and 32", f.work)
 	}
-	_, _, err := f.roomKey()
-	return err
+	if f.key != "" && len(f.key) < 32 {
+		return usagef("--queue-key: %d bytes, want at least 32", len(f.key))
+	}
+	return nil
 }
 
-// roomKey returns the key that signs tickets and passes, and whether it was
-// made up for this process.
-func (f *queueFlags) roomKey() ([]byte, bool, error) {
-	k := f.key
-	if k == "" {
-		b := make([]byte, 32)
-		_, _ = rand.Read(b)
-		return b, true, nil
-	}
-	if len(k) < 32 {
-		return nil, false, usagef("--queue-key: %d bytes, want at least 32", len(k))
-	}
-	return []byte(k), false, nil
-}
-
-// newRoom returns the waiting rooms over the backends' Redis.
+// newRoom returns the waiting rooms over the backends' Redis (f checked),
+// signing with --queue-key, or a key made for this process.
 func newRoom(f *queueFlags, bk *backends, prefix string, log *slog.Logger) (*queue.Room, error) {
-	key, generated, err := f.roomKey()
-	if err != nil {
-		return nil, err
-	}
-	if generated {
+	key := []byte(f.key)
+	if f.key == "" {
+		key = make([]byte, 32)
+		_, _ = rand.Read(key)
 		log.Info("waiting rooms: tickets and passes are signed with a key made for this process; give every instance the same --queue-key")
 	}
 	return queue.New(bk.rdb, queue.Config{Key: key, Prefix: prefix, Log: log, WorkBits: f.work})
@@ -88,7 +75,7 @@ func (q *queueSales) live(ctx context.Context) []queue.Sale {
 	q.at, q.sales, q.acts = time.Now(), nil, map[int64]seckill.Activity{}
 	for _, a := range acts {
 		if a.QueueRate > 0 {
-			q.sales = append(q.sales, queue.Sale{ID: a.ID, StartsAt: a.StartsAt, EndsAt: a.EndsAt, Rate: a.QueueRate, Hold: a.QueueHold})
+			q.sales = append(q.sales, queue.SaleOf(a))
 			q.acts[a.ID] = a
 		}
 	}

@@ -17,7 +17,7 @@
 -- ARGV[3] the sale's start, Unix ms
 -- ARGV[4] when the room's keys expire, Unix ms
 --
--- Returns {a, th, p (-1 before the start), arrivals, ms, a before this tick}.
+-- Returns {a, th, p (-1 before the start), a before this tick}.
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 for i = 1, 3 do
@@ -26,7 +26,7 @@ end
 if now < tonumber(ARGV[3]) then
   redis.call('HSET', KEYS[4], 'closed', ARGV[2], 'ms', now)
   redis.call('PEXPIREAT', KEYS[4], ARGV[4])
-  return {0, '-1', -1, 0, now, 0}
+  return {0, '-1', -1, 0}
 end
 local st = redis.call('HMGET', KEYS[4], 'a', 'p')
 local p = tonumber(st[2])
@@ -48,4 +48,4 @@ elseif a2 > 0 then
 end
 redis.call('HSET', KEYS[4], 'a', a2, 'p', p, 'th', th, 'closed', ARGV[2], 'ms', now)
 redis.call('PEXPIREAT', KEYS[4], ARGV[4])
-return {a2, th, p, arrivals, now, a}
+return {a2, th, p, a}
