@@ -76,9 +76,10 @@ func (s *Server) joinQueue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Ticket string `json:"ticket"`
-		Drawn  bool   `json:"drawn"`
-	}{tk.Token, tk.Drawn})
+		Ticket  string `json:"ticket"`
+		Drawn   bool   `json:"drawn"`
+		Arrival int64  `json:"arrival,omitempty"`
+	}{tk.Token, tk.Drawn, tk.Arrival})
 }
 
 // queueChallenge gives the buyer a challenge to answer with a proof of

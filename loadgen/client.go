@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,9 +31,14 @@ import (
 type client interface {
 	// warmup opens the connection with one GET /healthz.
 	warmup(ctx context.Context)
-	// grab sends the grab of uid and reads the reply's body into buf
-	// (the head of it, if longer); n is the number of body bytes kept.
-	grab(uid int64, buf []byte) (status, n int, err error)
+	// grab sends the grab of uid, with the waiting room's pass if not "",
+	// and reads the reply's body into buf (the head of it, if longer); n is
+	// the number of body bytes kept.
+	grab(uid int64, pass string, buf []byte) (status, n int, err error)
+	// send sends a body-less request for uid to path (under the base URL)
+	// with the headers hdr ("Name: value" each), and reads the reply's body
+	// like grab: the waiting room's join and polls.
+	send(method, path string, uid int64, hdr []string, buf []byte) (status, n int, err error)
 	// abort makes a request in flight fail at once, and all later ones.
 	abort()
 	close()
@@ -53,6 +59,8 @@ type rawConn struct {
 	br      *bufio.Reader
 	req     []byte // the request up to the user id's value, or the token's
 	reqLen  int
+	prefix  string                          // the base URL's path
+	other   []byte                          // send's request
 	token   func(uid int64) (string, error) // nil: X-User-ID
 	scratch [512]byte
 }
@@ -63,7 +71,7 @@ func newRawConn(base *url.URL, activityID int64, timeout time.Duration, token fu
 	if base.Port() == "" {
 		addr = net.JoinHostPort(base.Hostname(), "80")
 	}
-	rc := &rawConn{addr: addr, host: host, timeout: timeout, healthz: base.Path + "/healthz", token: token}
+	rc := &rawConn{addr: addr, host: host, timeout: timeout, healthz: base.Path + "/healthz", token: token, prefix: base.Path}
 	identity := "X-User-ID: "
 	if token != nil {
 		identity = "Authorization: Bearer "
@@ -129,18 +137,48 @@ func (rc *rawConn) warmup(context.Context) {
 	_, _, _ = rc.roundTrip(req, buf[:])
 }
 
-func (rc *rawConn) grab(uid int64, buf []byte) (int, int, error) {
-	if rc.token != nil {
-		tok, err := rc.token(uid)
-		if err != nil {
-			return 0, 0, err
-		}
-		rc.req = append(rc.req[:rc.reqLen], tok...)
-	} else {
-		rc.req = strconv.AppendInt(rc.req[:rc.reqLen], uid, 10)
+func (rc *rawConn) grab(uid int64, pass string, buf []byte) (int, int, error) {
+	req, err := rc.identify(rc.req[:rc.reqLen], uid)
+	if err != nil {
+		return 0, 0, err
 	}
-	rc.req = append(rc.req, "\r\n\r\n"...)
+	if pass != "" {
+		req = append(append(req, "\r\nX-Queue-Pass: "...), pass...)
+	}
+	rc.req = append(req, "\r\n\r\n"...)
 	return rc.roundTrip(rc.req, buf)
+}
+
+// identify appends uid's identity header's value to req.
+func (rc *rawConn) identify(req []byte, uid int64) ([]byte, error) {
+	if rc.token == nil {
+		return strconv.AppendInt(req, uid, 10), nil
+	}
+	tok, err := rc.token(uid)
+	if err != nil {
+		return req, err
+	}
+	return append(req, tok...), nil
+}
+
+func (rc *rawConn) send(method, path string, uid int64, hdr []string, buf []byte) (int, int, error) {
+	req := append(rc.other[:0], method...)
+	req = append(append(append(req, ' '), rc.prefix...), path...)
+	req = append(append(append(req, " HTTP/1.1\r\nHost: "...), rc.host...), "\r\nUser-Agent: seckill-loadgen\r\nContent-Length: 0\r\n"...)
+	if rc.token == nil {
+		req = append(req, "X-User-ID: "...)
+	} else {
+		req = append(req, "Authorization: Bearer "...)
+	}
+	req, err := rc.identify(req, uid)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, h := range hdr {
+		req = append(append(req, "\r\n"...), h...)
+	}
+	rc.other = append(req, "\r\n\r\n"...)
+	return rc.roundTrip(rc.other, buf)
 }
 
 func (rc *rawConn) roundTrip(req, buf []byte) (int, int, error) {
@@ -336,6 +374,7 @@ func atoi(b []byte) int {
 // stdClient sends through net/http's Transport, shared by all workers.
 type stdClient struct {
 	tr      *http.Transport
+	base    *url.URL
 	tmpl    *http.Request
 	healthz string
 	token   func(uid int64) (string, error) // nil: X-User-ID
@@ -350,7 +389,7 @@ func newStdClient(tr *http.Transport, base *url.URL, activityID int64, token fun
 	ctx, cancel := context.WithCancel(context.Background())
 	tmpl, _ := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil)
 	tmpl.Header.Set("User-Agent", "seckill-loadgen")
-	return &stdClient{tr: tr, tmpl: tmpl, healthz: base.String() + "/healthz", token: token, ctx: ctx, cancel: cancel}
+	return &stdClient{tr: tr, base: base, tmpl: tmpl, healthz: base.String() + "/healthz", token: token, ctx: ctx, cancel: cancel}
 }
 
 func (sc *stdClient) warmup(ctx context.Context) {
@@ -364,13 +403,36 @@ func (sc *stdClient) warmup(ctx context.Context) {
 	}
 }
 
-func (sc *stdClient) grab(uid int64, buf []byte) (int, int, error) {
+func (sc *stdClient) grab(uid int64, pass string, buf []byte) (int, int, error) {
 	// A request may not be reused before the transport is done with it, and
 	// the transport does not say when its writer finishes; a shallow copy
 	// with a fresh header costs a few small allocations.
 	req := new(http.Request)
 	*req = *sc.tmpl
 	req.Header = http.Header{"User-Agent": sc.tmpl.Header["User-Agent"]}
+	if pass != "" {
+		req.Header["X-Queue-Pass"] = []string{pass}
+	}
+	return sc.roundTrip(req, uid, buf)
+}
+
+func (sc *stdClient) send(method, path string, uid int64, hdr []string, buf []byte) (int, int, error) {
+	u := *sc.base
+	u.Path += path
+	req, err := http.NewRequestWithContext(sc.ctx, method, u.String(), nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("User-Agent", "seckill-loadgen")
+	for _, h := range hdr {
+		k, v, _ := strings.Cut(h, ": ")
+		req.Header.Set(k, v)
+	}
+	return sc.roundTrip(req, uid, buf)
+}
+
+// roundTrip sends req as uid and reads the reply's body into buf.
+func (sc *stdClient) roundTrip(req *http.Request, uid int64, buf []byte) (int, int, error) {
 	if sc.token != nil {
 		tok, err := sc.token(uid)
 		if err != nil {

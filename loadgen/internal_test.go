@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"testing"
@@ -110,16 +112,46 @@ func TestNoAllocations(t *testing.T) {
 	cl := newRawConn(base, 1, time.Second, nil)
 	defer cl.close()
 	w := newWorker(r, cl, 1)
-	w.grab(0) // connects
+	w.grab(0, "") // connects
 	i := 0
 	allocs := testing.AllocsPerRun(2000, func() {
 		i++
-		w.grab(w.pickUser(int64(i)))
+		w.grab(w.pickUser(int64(i)), "")
 	})
 	if r.counts[outAccepted].Load() != int64(i+1) {
 		t.Fatalf("accepted %d of %d: samples %q", r.counts[outAccepted].Load(), i+1, r.samples)
 	}
 	if allocs > 0 {
 		t.Errorf("%.2f allocations per request, want 0", allocs)
+	}
+}
+
+// TestKendallTau checks the O(n log n) count against the pairs counted one
+// by one.
+func TestKendallTau(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{2, 3, 10, 257} {
+		xs, ys := make([]int64, n), make([]int64, n)
+		for i := range xs {
+			xs[i], ys[i] = rng.Int64N(1e9), rng.Int64N(1e9)
+		}
+		var disc int
+		for i := range xs {
+			for j := i + 1; j < n; j++ {
+				if (xs[i] < xs[j]) != (ys[i] < ys[j]) {
+					disc++
+				}
+			}
+		}
+		want := 1 - 2*float64(disc)/(float64(n)*float64(n-1)/2)
+		if got := kendallTau(xs, ys); math.Abs(got-want) > 1e-12 {
+			t.Errorf("n %d: tau %v, want %v", n, got, want)
+		}
+		if got := kendallTau(xs, xs); got != 1 {
+			t.Errorf("n %d: tau of an order with itself %v, want 1", n, got)
+		}
+	}
+	if got := kendallTau([]int64{1, 2, 3}, []int64{3, 2, 1}); got != -1 {
+		t.Errorf("reversed: %v, want -1", got)
 	}
 }

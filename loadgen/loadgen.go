@@ -90,6 +90,11 @@ type Config struct {
 	// connection of its own at every progress tick, to report the remaining
 	// stock. Default false.
 	WatchRemaining bool
+	// Queue, if set, sends the crowd through the activity's waiting room
+	// (see Queue) instead of grabbing at once; Requests and RepeatShare
+	// do not apply, and StartAt is the sale's start.
+	Queue *Queue
+
 	// Token, if set, returns a bearer token naming a user: each grab then
 	// sends Authorization: Bearer <token> instead of X-User-ID, for a
 	// service that verifies who its buyers are (auth.Signer.Token mints
@@ -139,6 +144,20 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Concurrency > maxConcurrency {
 		return c, fmt.Errorf("loadgen: Concurrency must be at most %d", maxConcurrency)
+	}
+	if q := c.Queue; q != nil {
+		if !(q.JoinRate >= 0) || q.Early < 0 {
+			return c, errors.New("loadgen: negative Queue.JoinRate or Queue.Early")
+		}
+		if q.Early > 0 && c.StartAt.IsZero() {
+			return c, errors.New("loadgen: Queue.Early needs StartAt, the sale's start")
+		}
+		if c.Requests != 0 || c.RepeatShare != 0 || c.Rate != 0 {
+			return c, errors.New("loadgen: Requests, RepeatShare and Rate do not apply to a run through the waiting room")
+		}
+		if c.Duration == 0 {
+			c.Duration = defaultDuration
+		}
 	}
 	if c.Requests == 0 && c.Duration == 0 {
 		c.Requests = int64(math.Ceil(float64(c.Users) / (1 - c.RepeatShare)))
@@ -234,8 +253,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		workers[i] = newWorker(r, cl, cfg.Seed+uint64(i)*0x9e3779b97f4a7c15)
 	}
 
-	if !cfg.StartAt.IsZero() {
-		if err := sleepCtx(ctx, time.Until(cfg.StartAt)-warmupLead); err != nil {
+	var q *queueRun
+	if cfg.Queue != nil {
+		q = newQueueRun(r)
+		for _, w := range workers {
+			w.qhist, w.lag = hdrhistogram.New(1, histMax, 3), hdrhistogram.New(1, histMax, 3)
+		}
+	}
+	gate := cfg.StartAt // the crowd's first request
+	if q != nil && !gate.IsZero() {
+		gate = gate.Add(-cfg.Queue.Early)
+	}
+	if !gate.IsZero() {
+		if err := sleepCtx(ctx, time.Until(gate)-warmupLead); err != nil {
 			return r.report(0, workers), nil
 		}
 	}
@@ -246,8 +276,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		wg.Wait()
 	}
-	if !cfg.StartAt.IsZero() {
-		if err := sleepCtx(ctx, time.Until(cfg.StartAt)); err != nil {
+	if !gate.IsZero() {
+		if err := sleepCtx(ctx, time.Until(gate)); err != nil {
 			return r.report(0, workers), nil
 		}
 	}
@@ -275,13 +305,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	var wg sync.WaitGroup
 	for _, w := range workers {
-		wg.Go(w.loop)
+		if q != nil {
+			wg.Go(func() { q.loop(w) })
+		} else {
+			wg.Go(w.loop)
+		}
+	}
+	if q != nil {
+		wg.Go(q.dispatch)
 	}
 	wg.Wait()
 	elapsed := time.Since(r.start)
 	close(stopProgress)
 	<-progressDone
-	return r.report(elapsed, workers), nil
+	rep := r.report(elapsed, workers)
+	if q != nil {
+		rep.Queue = q.report(rep, elapsed, workers)
+	}
+	return rep, nil
 }
 
 // outcome classifies one request.
@@ -318,11 +359,13 @@ func (o outcome) definite() bool {
 
 // worker sends requests one after another on its own connection.
 type worker struct {
-	r    *run
-	cl   client
-	rng  *rand.Rand
-	hist *hdrhistogram.Histogram
-	buf  []byte
+	r     *run
+	cl    client
+	rng   *rand.Rand
+	hist  *hdrhistogram.Histogram
+	qhist *hdrhistogram.Histogram // the waiting room's polls (Config.Queue)
+	lag   *hdrhistogram.Histogram // how late the room's requests were sent
+	buf   []byte
 }
 
 // Latencies are recorded in microseconds up to a minute (longer ones are
@@ -367,7 +410,7 @@ func (w *worker) loop() {
 				}
 			}
 		}
-		w.grab(w.pickUser(i))
+		w.grab(w.pickUser(i), "")
 	}
 }
 
@@ -397,14 +440,16 @@ func (w *worker) pickUser(i int64) int {
 	return int(w.rng.Int64N(clicked))
 }
 
-func (w *worker) grab(k int) {
+// grab sends user k's grab, with the waiting room's pass if not "", and
+// counts what it is told.
+func (w *worker) grab(k int, pass string) outcome {
 	r := w.r
 	uid := r.cfg.FirstUserID + int64(k)
 	u := &r.users[k]
 	u.clicks.Add(1)
 
 	t0 := time.Now()
-	status, n, err := w.cl.grab(uid, w.buf)
+	status, n, err := w.cl.grab(uid, pass, w.buf)
 	var (
 		out   outcome
 		order int64
@@ -445,6 +490,7 @@ func (w *worker) grab(k int) {
 		u.uncertain.Store(1)
 	}
 	r.done.Add(1)
+	return out
 }
 
 func casFirst(v *atomic.Int64, t int64) {

@@ -58,6 +58,11 @@ type Report struct {
 	// Samples holds the first few unexpected replies and errors.
 	Samples []string `json:"samples,omitempty"`
 
+	// Queue is the waiting room's side of a run with Config.Queue; the
+	// counts and latency above are the grabs', which only admitted users
+	// send.
+	Queue *QueueReport `json:"queue,omitempty"`
+
 	firstUser int64
 	users     []userState
 	conflicts []answer
@@ -102,7 +107,6 @@ func (r *run) report(elapsed time.Duration, workers []*worker) *Report {
 	for _, w := range workers {
 		h.Merge(w.hist)
 	}
-	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 	rep := &Report{
 		Target:      cfg.URL,
 		ActivityID:  cfg.ActivityID,
@@ -113,17 +117,9 @@ func (r *run) report(elapsed time.Duration, workers []*worker) *Report {
 		Requests:    r.done.Load(),
 		Elapsed:     elapsed,
 		Status:      map[int]int64{},
-		Latency: Latency{
-			Count: h.TotalCount(),
-			Mean:  time.Duration(h.Mean() * float64(time.Microsecond)),
-			P50:   us(h.ValueAtQuantile(50)),
-			P95:   us(h.ValueAtQuantile(95)),
-			P99:   us(h.ValueAtQuantile(99)),
-			P999:  us(h.ValueAtQuantile(99.9)),
-			Max:   us(h.Max()),
-		},
-		firstUser: cfg.FirstUserID,
-		users:     r.users,
+		Latency:     latencyOf(h),
+		firstUser:   cfg.FirstUserID,
+		users:       r.users,
 	}
 	if elapsed > 0 {
 		rep.Throughput = float64(rep.Requests) / elapsed.Seconds()

@@ -187,6 +187,10 @@ type Ticket struct {
 	// Drawn is true for a buyer who joined before the start (a random
 	// place among them), false for one who joined after it.
 	Drawn bool
+	// Arrival is, for a buyer who joined after the start, their number
+	// among those (1, 2, ...): the order they are admitted in, after the
+	// draw. 0 for the draw.
+	Arrival int64
 }
 
 // Join gives uid a ticket of s's room: the same ticket every time.
@@ -205,7 +209,11 @@ func (r *Room) Join(ctx context.Context, s Sale, uid int64) (Ticket, error) {
 		return Ticket{}, seckill.Errorf(seckill.EENDED, "the sale has ended")
 	}
 	r.track(s)
-	return Ticket{Token: r.sign(ticketFields(s.ID, uid, v)), Drawn: v[0] == 'p'}, nil
+	tk := Ticket{Token: r.sign(ticketFields(s.ID, uid, v)), Drawn: v[0] == 'p'}
+	if !tk.Drawn {
+		tk.Arrival, _ = strconv.ParseInt(v[1:], 10, 64)
+	}
+	return tk, nil
 }
 
 // Status is what a poll answers.
@@ -277,7 +285,7 @@ func (r *Room) Status(s Sale, ticket string, uid int64, now time.Time) (Status, 
 		return Status{State: "sold_out", RetryAfter: 10 * time.Second}, nil
 	}
 	wait := time.Duration(float64(ahead+1) / rate * float64(time.Second))
-	return Status{State: "waiting", Ahead: ahead, Wait: wait, RetryAfter: clamp(wait/2, r.cfg.Refresh*5, 10*time.Second)}, nil
+	return Status{State: "waiting", Ahead: ahead, Wait: wait, RetryAfter: clamp(wait/2, r.cfg.Refresh*2, 10*time.Second)}, nil
 }
 
 func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }

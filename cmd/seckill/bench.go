@@ -40,6 +40,7 @@ type benchConfig struct {
 	repeat      float64
 	stock       int64
 	buckets     int
+	queue       benchQueue
 	baseline    bool
 	compare     bool
 	noWorker    bool
@@ -85,6 +86,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.jwtAudience, "jwt-audience", "", "with --identity jwt and --target: the aud of the minted tokens")
 	fs.StringVar(&c.jwtIssuer, "jwt-issuer", "", "with --identity jwt and --target: the iss of the minted tokens")
 	fs.StringVar(&c.jwtClaim, "jwt-user-claim", "sub", "with --identity jwt and --target: the claim that holds the user id")
+	c.queue.register(fs)
 	c.cmp.register(fs)
 	c.drain.register(fs)
 	if err := fs.parse(args); err != nil {
@@ -123,6 +125,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("--generator: %q is not one of auto, wrk, go", c.generator)
 	case set["generator"] && !c.baseline:
 		return usagef("--generator chooses the load generator of --baseline")
+	}
+	if err := c.queue.check(c, set); err != nil {
+		return err
 	}
 	// The URLs, before anything starts: the embedded Redis of --drain, the
 	// child service, or a run on --target that would verify on them only
@@ -206,17 +211,22 @@ func runBench(ctx context.Context, c benchConfig, stdout, stderr io.Writer) erro
 	if c.baseline {
 		return runBaseline(ctx, c, stdout, stderr)
 	}
+	startsAt := time.Now().Add(time.Second + c.queue.early)
 	if c.activity == 0 {
-		id, err := createSale(ctx, c.target, c.adminToken, c.stock, time.Now().Add(time.Second), 0, c.buckets)
+		id, err := createSale(ctx, c.target, c.adminToken, c.stock, startsAt, 0, c.buckets, c.queue.room())
 		if err != nil {
 			return notStarted(err)
 		}
 		c.activity = id
-		say("created activity %d with %d units, starting in 1s", id, c.stock)
+		say("created activity %d with %d units, starting in %s", id, c.stock, time.Until(startsAt).Round(time.Second))
 	}
 	cfg := loadgen.Config{URL: c.target, ActivityID: c.activity, Users: c.users, Concurrency: c.concurrency,
 		Requests: c.requests, Duration: c.duration, RepeatShare: c.repeat, WatchRemaining: true,
-		Progress: loadgen.ProgressWriter(stderr), StartAt: time.Now().Add(time.Second)}
+		Progress: loadgen.ProgressWriter(stderr), StartAt: startsAt}
+	if c.queue.rate > 0 {
+		cfg.Queue = &loadgen.Queue{JoinRate: c.queue.joinRate, Early: c.queue.early}
+		cfg.RepeatShare = 0
+	}
 	if c.identity == "jwt" {
 		cfg.Token = jwtBuyers(c.jwtSecret, c.jwtAudience, c.jwtIssuer, c.jwtClaim).token()
 	}
@@ -248,6 +258,10 @@ func runBench(ctx context.Context, c benchConfig, stdout, stderr io.Writer) erro
 		}
 	} else {
 		_ = rep.WriteTable(stdout)
+		if rep.Queue != nil {
+			_ = rep.Queue.WriteTable(stdout)
+			c.queue.writeVerdict(stdout, rep)
+		}
 		if res.Checks != nil {
 			fmt.Fprintln(stdout)
 			_ = res.Checks.WriteTable(stdout)
@@ -353,7 +367,7 @@ func runBaseline(ctx context.Context, c benchConfig, stdout, stderr io.Writer) e
 
 	var out []scenario
 	// 1. Every grab succeeds: a stock nobody can exhaust, every user new.
-	id, err := createSale(ctx, c.target, c.adminToken, 100_000_000, time.Now().Add(500*time.Millisecond), 0, c.buckets)
+	id, err := createSale(ctx, c.target, c.adminToken, 100_000_000, time.Now().Add(500*time.Millisecond), 0, c.buckets, "")
 	if err != nil {
 		return err
 	}
@@ -367,7 +381,7 @@ func runBaseline(ctx context.Context, c benchConfig, stdout, stderr io.Writer) e
 	out = append(out, s)
 
 	// 2. After the sell-out: the common case of a real sale.
-	id, err = createSale(ctx, c.target, c.adminToken, 1, time.Now().Add(500*time.Millisecond), 0, c.buckets)
+	id, err = createSale(ctx, c.target, c.adminToken, 1, time.Now().Add(500*time.Millisecond), 0, c.buckets, "")
 	if err != nil {
 		return err
 	}

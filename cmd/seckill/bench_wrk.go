@@ -137,7 +137,7 @@ func runBaselineWrk(ctx context.Context, c benchConfig, baseURL string, stdout, 
 	var out []scenario
 	failed := int64(0)
 	// 1. Every grab succeeds: a stock nobody can exhaust, every user new.
-	id, err := createSale(ctx, c.target, c.adminToken, 100_000_000, time.Now().Add(-time.Second), 0, c.buckets)
+	id, err := createSale(ctx, c.target, c.adminToken, 100_000_000, time.Now().Add(-time.Second), 0, c.buckets, "")
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func runBaselineWrk(ctx context.Context, c benchConfig, baseURL string, stdout, 
 
 	// 2. After the sell-out: the common case of a real sale. Sold out
 	// before the measure, by one buyer outside the runs' ids.
-	id, err = createSale(ctx, c.target, c.adminToken, 1, time.Now().Add(-time.Second), 0, c.buckets)
+	id, err = createSale(ctx, c.target, c.adminToken, 1, time.Now().Add(-time.Second), 0, c.buckets, "")
 	if err != nil {
 		return err
 	}

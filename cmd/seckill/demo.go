@@ -173,7 +173,7 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err e
 	say("dashboard: %s%s (admin token %s)", base, dashboard.Prefix, token)
 
 	startsAt := time.Now().Add(c.countdown).Truncate(time.Millisecond)
-	id, err := createSale(ctx, base, token, c.stock, startsAt, c.payWithin, 1)
+	id, err := createSale(ctx, base, token, c.stock, startsAt, c.payWithin, 1, "")
 	if err != nil {
 		return err
 	}
@@ -251,9 +251,16 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err e
 }
 
 // createSale creates the demo's activity through the admin API.
-func createSale(ctx context.Context, base, token string, stockN int64, startsAt time.Time, payWithin time.Duration, buckets int) (int64, error) {
-	body := fmt.Sprintf(`{"name":"demo flash sale","stock":%d,"starts_at":%q,"ends_at":%q,"pay_within_seconds":%d,"buckets":%d}`, stockN,
-		startsAt.UTC().Format(time.RFC3339Nano), startsAt.Add(time.Hour).UTC().Format(time.RFC3339Nano), int64(payWithin.Seconds()), max(1, buckets))
+//
+// room, if not "", is the sale's waiting room: the JSON of the activity's
+// "queue" member.
+func createSale(ctx context.Context, base, token string, stockN int64, startsAt time.Time, payWithin time.Duration, buckets int, room string) (int64, error) {
+	queue := ""
+	if room != "" {
+		queue = `,"queue":` + room
+	}
+	body := fmt.Sprintf(`{"name":"demo flash sale","stock":%d,"starts_at":%q,"ends_at":%q,"pay_within_seconds":%d,"buckets":%d%s}`, stockN,
+		startsAt.UTC().Format(time.RFC3339Nano), startsAt.Add(time.Hour).UTC().Format(time.RFC3339Nano), int64(payWithin.Seconds()), max(1, buckets), queue)
 	req, err := http.NewRequestWithContext(ctx, "POST", base+"/api/v1/activities", strings.NewReader(body))
 	if err != nil {
 		return 0, err

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/seckilldev/seckill/internal/testenv"
+)
+
+// TestBenchQueue runs `seckill bench --queue-rate` on a crowd 10 times the
+// admission rate, half of it joining before the start: every user joins
+// and polls, only admitted users grab, the room admits in its order and
+// tells everyone the truth at the end, and every invariant holds.
+func TestBenchQueue(t *testing.T) {
+	const users, stock, rate = 4000, 600, 400
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"bench", "--queue-rate", "400", "--queue-hold", "2", "--join-rate", "4000", "--queue-early", "500ms",
+		"--users", "4000", "--stock", "600", "--concurrency", "32", "--duration", "2m",
+		"--redis", "redis://" + testenv.RedisAddr(t), "--db", "sqlite://" + filepath.Join(t.TempDir(), "queue.db"), "--json"}
+	cmd := exec.Command(bin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench: %v\n%s\n%s", err, stderr.String(), stdout.String())
+	}
+	var res struct {
+		Load struct {
+			Counts struct{ Accepted int64 }
+			Queue  *struct {
+				Joined, Drawn, Admitted, Waiting int64
+				SoldOut                          int64   `json:"sold_out"`
+				OutOfOrder                       int64   `json:"out_of_order"`
+				GrabsPeak                        int64   `json:"grabs_peak"`
+				KendallTau                       float64 `json:"kendall_tau"`
+			}
+		}
+		Checks *struct{ Violations []string }
+		OK     bool
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("not the JSON result: %v\n%s", err, stdout.String())
+	}
+	q := res.Load.Queue
+	if !res.OK || res.Checks == nil || q == nil {
+		t.Fatalf("not ok, or no checks or no room report: %s", stdout.String())
+	}
+	if res.Load.Counts.Accepted != stock {
+		t.Errorf("%d accepted, want the stock, %d", res.Load.Counts.Accepted, stock)
+	}
+	// About half the crowd joined in the 500 ms before the start.
+	if q.Joined != users || q.Drawn < users/4 || q.Drawn > users*3/4 {
+		t.Errorf("%d joined, %d of them before the start; want %d and about half", q.Joined, q.Drawn, users)
+	}
+	// Everyone was told how it ended: a pass, or sold out.
+	if q.Waiting != 0 || q.Admitted+q.SoldOut != users {
+		t.Errorf("%d admitted, %d sold out, %d still waiting; want %d told, none waiting", q.Admitted, q.SoldOut, q.Waiting, users)
+	}
+	// With hold 2, the room admits at most about the stock and twice what
+	// is left on top: not the crowd.
+	if q.Admitted < stock || q.Admitted > 3*stock {
+		t.Errorf("%d admitted for a stock of %d with hold 2", q.Admitted, stock)
+	}
+	if q.OutOfOrder != 0 {
+		t.Errorf("%d users told waiting after someone behind them was admitted", q.OutOfOrder)
+	}
+	// The order of the arrivals (the generator's own jitter on a loaded
+	// machine lowers tau: benchmarks.md has the quiet figure).
+	if q.KendallTau < 0.9 {
+		t.Errorf("Kendall tau %.4f between the joins sent and the room's order", q.KendallTau)
+	}
+	// Only the admitted grab, and the room admits 400 a second.
+	if q.GrabsPeak > 2*rate {
+		t.Errorf("peak %d grabs in a second at an admission rate of %d", q.GrabsPeak, rate)
+	}
+	if !strings.Contains(stderr.String(), "starting in") {
+		t.Errorf("no sale created: %s", stderr.String())
+	}
+}
+
+func TestBenchQueueFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--queue-rate", "-1"}, "--queue-rate: -1 is not between 0 and 1000000"},
+		{[]string{"--queue-rate", "10", "--queue-hold", "101"}, "--queue-hold: 101 is not between 0 and 100"},
+		{[]string{"--queue-hold", "2"}, "--queue-hold, --join-rate and --queue-early go with --queue-rate"},
+		{[]string{"--queue-rate", "10", "--join-rate", "-5"}, "--join-rate: -5 is not between 0 and 10000000"},
+		{[]string{"--queue-rate", "10", "--queue-early", "2h"}, "--queue-early: 2h0m0s is not between 0 and 1h"},
+		{[]string{"--queue-rate", "10", "--baseline"}, "not with --baseline, --compare or --drain"},
+		{[]string{"--queue-rate", "10", "--repeat", "0.1"}, "--requests and --repeat do not apply with --queue-rate"},
+		{[]string{"--queue-rate", "10", "--target", "http://127.0.0.1:1", "--activity", "3"}, "not with --activity"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			var stderr strings.Builder
+			code := run(ctx, append([]string{"bench"}, tc.args...), io.Discard, &stderr)
+			if code != 2 || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("bench %v: exit %d, %q; want 2 and %q", tc.args, code, stderr.String(), tc.want)
+			}
+		})
+	}
+}
