@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seckilldev/seckill"
+	"github.com/seckilldev/seckill/queue"
 	"github.com/seckilldev/seckill/stock"
 )
 
@@ -55,6 +56,10 @@ type Config struct {
 	// collectors alone: collectors that query Redis or the database at
 	// scrape time would do so at every tick. Nil: no rates, no latency.
 	Metrics prometheus.Gatherer
+	// Room, if set, is the service's waiting rooms: the activities that
+	// have one show its figures (Activity.Queue), as this instance last
+	// read them.
+	Room *queue.Room
 	// IsAdmin reports whether a request carries the admin's credentials
 	// (the API's check: httpapi.Server.IsAdmin); it guards the checker.
 	// Nil turns the admin view off.

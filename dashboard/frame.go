@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/seckilldev/seckill"
+	"github.com/seckilldev/seckill/queue"
 	"github.com/seckilldev/seckill/stock"
 )
 
@@ -88,6 +89,26 @@ type Activity struct {
 	LastGrabAt  *int64 `json:"last_grab_at,omitempty"`
 	SoldOutAt   *int64 `json:"sold_out_at,omitempty"`
 	LastOrderID string `json:"last_order_id,omitempty"`
+	// Queue is the activity's waiting room, if it has one.
+	Queue *Queue `json:"queue,omitempty"`
+}
+
+// Queue is an activity's waiting room as this instance last read it (the
+// room's state, read every 100 ms for its own polls; nil until read).
+type Queue struct {
+	// Rate is the most buyers admitted a second, Hold the buyers admitted
+	// and not yet bought it keeps for each unit left (0: the rate alone).
+	Rate int `json:"rate"`
+	Hold int `json:"hold"`
+	// Joined buyers joined; Admitted of them were let through; Waiting
+	// are the others.
+	Joined   int64 `json:"joined"`
+	Admitted int64 `json:"admitted"`
+	Waiting  int64 `json:"waiting"`
+	// AdmitRate is the buyers admitted a second over the last second.
+	AdmitRate float64 `json:"admit_rate"`
+	// Closed: admission is stopped (sold out).
+	Closed bool `json:"closed"`
 }
 
 // sampler computes frames. Only Run's goroutine uses it.
@@ -102,6 +123,14 @@ type sampler struct {
 	listErr error
 	counted time.Time
 	counts  map[int64]stateCount
+	// admits holds, per activity with a waiting room, the admitted counts
+	// of the last second or so, oldest first: the admission rate.
+	admits map[int64][]admitted
+}
+
+type admitted struct {
+	at time.Time
+	n  int64
 }
 
 type stateCount struct {
@@ -115,7 +144,9 @@ const (
 	recentEnded = 10 * time.Minute
 )
 
-func newSampler(cfg Config) *sampler { return &sampler{cfg: cfg, counts: map[int64]stateCount{}} }
+func newSampler(cfg Config) *sampler {
+	return &sampler{cfg: cfg, counts: map[int64]stateCount{}, admits: map[int64][]admitted{}}
+}
 
 // forget drops what was read before a pause.
 func (s *sampler) forget() {
@@ -143,11 +174,14 @@ func (s *sampler) frame(ctx context.Context, viewers int) *Frame {
 		fail("list the activities", s.listErr)
 	}
 	ids := make([]int64, len(s.acts))
+	rooms := map[int64][]admitted{}
 	for i, a := range s.acts {
 		ids[i] = a.ID
 		f.Activities = append(f.Activities, Activity{ID: a.ID, Name: a.Name, Stock: a.Stock,
-			StartsAt: a.StartsAt.UnixMilli(), EndsAt: a.EndsAt.UnixMilli(), DBRemaining: a.Remaining})
+			StartsAt: a.StartsAt.UnixMilli(), EndsAt: a.EndsAt.UnixMilli(), DBRemaining: a.Remaining,
+			Queue: s.room(a, now, rooms)})
 	}
+	s.admits = rooms
 	if len(ids) == 0 {
 		return f
 	}
@@ -172,6 +206,31 @@ func (s *sampler) frame(ctx context.Context, viewers int) *Frame {
 		}
 	}
 	return f
+}
+
+// room returns a's waiting room's figures (nil: none, or not read yet),
+// and keeps its admitted count in rooms for the rate.
+func (s *sampler) room(a seckill.Activity, now time.Time, rooms map[int64][]admitted) *Queue {
+	if a.QueueRate == 0 || s.cfg.Room == nil {
+		return nil
+	}
+	st, ok := s.cfg.Room.StateOf(queue.SaleOf(a))
+	if !ok {
+		return nil
+	}
+	q := &Queue{Rate: a.QueueRate, Hold: a.QueueHold, Joined: st.Joined, Admitted: st.Admitted,
+		Waiting: max(st.Joined-st.Admitted, 0), Closed: st.Closed}
+	past := s.admits[a.ID]
+	cut := 0
+	for cut < len(past)-1 && now.Sub(past[cut+1].at) >= time.Second {
+		cut++ // keep the newest sample a second old or more as the base
+	}
+	past = append(past[cut:], admitted{now, st.Admitted})
+	if base := past[0]; len(past) > 1 && now.Sub(base.at) > 0 {
+		q.AdmitRate = float64(st.Admitted-base.n) / now.Sub(base.at).Seconds()
+	}
+	rooms[a.ID] = past
+	return q
 }
 
 // list returns the newest activities that have not ended more than

@@ -248,10 +248,7 @@ func (r *Room) Status(s Sale, ticket string, uid int64, now time.Time) (Status, 
 		return Status{}, ErrTicket
 	}
 	rate := float64(max(s.Rate, 1))
-	st, known := (*r.states.Load())[s.ID]
-	if !known {
-		r.track(s)
-	}
+	st, known := r.StateOf(s)
 	if !known || st.Draw < 0 {
 		// before the start (or before this instance read the room): the
 		// draw is made at the start
@@ -289,6 +286,18 @@ func (r *Room) Status(s Sale, ticket string, uid int64, now time.Time) (Status, 
 }
 
 func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
+
+// StateOf returns s's room's admission state as this instance last read
+// it, and whether it has read it yet; this instance reads it from the next
+// refresh on, until the sale ends (a view of the rooms, such as the
+// dashboard, calls it for each sale it shows).
+func (r *Room) StateOf(s Sale) (State, bool) {
+	st, known := (*r.states.Load())[s.ID]
+	if !known {
+		r.track(s)
+	}
+	return st, known
+}
 
 // track makes this instance read s's room's state from the next refresh
 // on, until the sale ends.

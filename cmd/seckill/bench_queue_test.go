@@ -111,3 +111,46 @@ func TestBenchQueueFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestDemoQueue runs `seckill demo --queue-rate` on its embedded defaults,
+// the buyers named by bearer JWTs: half the crowd joins in the countdown,
+// half after the start, every user is told how it ended, and the checks
+// hold.
+func TestDemoQueue(t *testing.T) {
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "demo", "--queue-rate", "100", "--users", "1500", "--stock", "80", "--countdown", "2s",
+		"--identity", "jwt", "--json")
+	cmd.Dir = t.TempDir()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("demo: %v\n%s\n%s", err, stderr.String(), stdout.String())
+	}
+	var res struct {
+		Load struct {
+			Counts struct{ Accepted int64 }
+			Queue  *struct {
+				Joined, Drawn, Admitted, Waiting int64
+				SoldOut                          int64 `json:"sold_out"`
+			}
+		}
+		OK bool
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("not the JSON report: %v\n%s", err, stdout.String())
+	}
+	q := res.Load.Queue
+	if !res.OK || q == nil || res.Load.Counts.Accepted != 80 {
+		t.Fatalf("not ok, no room report, or not the stock sold: %s", stdout.String())
+	}
+	if q.Joined != 1500 || q.Drawn == 0 || q.Drawn == 1500 || q.Waiting != 0 || q.Admitted+q.SoldOut != 1500 {
+		t.Errorf("joined %d (%d before the start), %d admitted, %d sold out, %d waiting; want 1500 with some before and some after, all told",
+			q.Joined, q.Drawn, q.Admitted, q.SoldOut, q.Waiting)
+	}
+	if !strings.Contains(stderr.String(), "/queue/?activity=") {
+		t.Errorf("the buyer's page is not printed: %s", stderr.String())
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/seckilldev/seckill/dashboard"
 	"github.com/seckilldev/seckill/httpapi"
+	"github.com/seckilldev/seckill/queue"
 	"github.com/seckilldev/seckill/sale"
 	"github.com/seckilldev/seckill/stock"
 )
@@ -22,10 +23,10 @@ const defaultCompareResults = "seckill-compare.json"
 // API's latency histogram from a registry of their own: gathering serve's
 // whole registry would also query Redis and the database for the stream
 // gauges at every tick.
-func newDashboard(c serveConfig, bk *backends, o *stock.Observer, m *sale.Metrics, api *httpapi.Server, log *slog.Logger) *dashboard.Dashboard {
+func newDashboard(c serveConfig, bk *backends, o *stock.Observer, m *sale.Metrics, api *httpapi.Server, room *queue.Room, log *slog.Logger) *dashboard.Dashboard {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m.Grabs, api.Latency())
-	return dashboard.New(dashboard.Config{Store: bk.store, Engine: bk.engine, Observer: o, Metrics: reg,
+	return dashboard.New(dashboard.Config{Store: bk.store, Engine: bk.engine, Observer: o, Metrics: reg, Room: room,
 		IsAdmin: api.IsAdmin, Scrub: (secrets{}).add(c.backend.secrets()...).scrub,
 		DBURL: c.backend.dbURL, CompareResults: c.compareResults, Log: log})
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/check"
 	"github.com/seckilldev/seckill/dashboard"
 	"github.com/seckilldev/seckill/loadgen"
@@ -37,7 +39,15 @@ type demoConfig struct {
 	// tokens the demo mints; token is set by runDemo).
 	identity string
 	token    func(uid int64) (string, error)
+	// queueRate, if not 0, puts the sale behind a waiting room that
+	// admits this many buyers a second (hold demoQueueHold), and sends
+	// the crowd through it.
+	queueRate int
 }
+
+// demoQueueHold is the hold of the demo's waiting room: no more than two
+// buyers admitted and not yet bought for each unit left.
+const demoQueueHold = 2
 
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c demoConfig
@@ -54,6 +64,7 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.DurationVar(&c.payWithin, "pay-within", 10*time.Second, "payment window of each order (0: no payment step: orders end confirmed)")
 	fs.Float64Var(&c.payShare, "pay", 0.5, "share of the winners who pay")
 	fs.Float64Var(&c.cancelShare, "cancel", 0.3, "share of the winners who cancel (the others never pay)")
+	fs.IntVar(&c.queueRate, "queue-rate", 0, "put the sale behind a waiting room admitting this many buyers a second (and at most 2 not yet bought for each unit left); the crowd joins it, half before the start, and polls until admitted; its buyer's page is at /queue/ (0: no room)")
 	var keep keepFlags
 	keep.register(fs)
 	if err := fs.parse(args); err != nil {
@@ -82,6 +93,19 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usagef("--pay: %v is not between 0 and 1", c.payShare)
 	case c.cancelShare < 0 || c.payShare+c.cancelShare > 1:
 		return usagef("--cancel: %v is not between 0 and 1 - --pay", c.cancelShare)
+	case c.queueRate < 0 || c.queueRate > seckill.MaxQueueRate:
+		return usagef("--queue-rate: %d is not between 0 and %d", c.queueRate, seckill.MaxQueueRate)
+	}
+	if c.queueRate > 0 {
+		// The order's life after the sale (payments, cancels, expiries
+		// and a late crowd grabbing what comes back) is played without a
+		// waiting room: the demo through one ends at the sell-out.
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if set["pay-within"] || set["pay"] || set["cancel"] || set["repeat"] {
+			return usagef("--pay-within, --pay, --cancel and --repeat shape the demo without a waiting room; with --queue-rate each user joins, and grabs once admitted")
+		}
+		c.payWithin, c.repeat = 0, 0
 	}
 	// Before the embedded Redis or the SQLite directory of the defaults.
 	if err := checkURLs(c.redisURL, c.dbURL); err != nil {
@@ -173,16 +197,30 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err e
 	say("dashboard: %s%s (admin token %s)", base, dashboard.Prefix, token)
 
 	startsAt := time.Now().Add(c.countdown).Truncate(time.Millisecond)
-	id, err := createSale(ctx, base, token, c.stock, startsAt, c.payWithin, 1, "")
+	room := ""
+	if c.queueRate > 0 {
+		room = fmt.Sprintf(`{"rate":%d,"hold":%d}`, c.queueRate, demoQueueHold)
+	}
+	id, err := createSale(ctx, base, token, c.stock, startsAt, c.payWithin, 1, room)
 	if err != nil {
 		return err
 	}
 	say("sale:     activity %d, %d units, starts %s", id, c.stock, startsAt.Format("15:04:05.000"))
+	crowdCfg := loadgen.Config{URL: base, ActivityID: id, Users: c.users,
+		Concurrency: c.concurrency, RepeatShare: c.repeat, StartAt: startsAt,
+		WatchRemaining: true, Progress: loadgen.ProgressWriter(stderr), Token: c.token}
+	if c.queueRate > 0 {
+		// Half the crowd joins in the second half of the countdown (the
+		// draw), the other half as long again after the start.
+		crowdCfg.Queue = &loadgen.Queue{Early: c.countdown / 2}
+		if c.countdown > 0 {
+			crowdCfg.Queue.JoinRate = float64(c.users) / c.countdown.Seconds()
+		}
+		say("waiting room: %d admitted a second, hold %d; a buyer's page: %s/queue/?activity=%d", c.queueRate, demoQueueHold, base, id)
+	}
 	go countdown(ctx, startsAt, stderr)
 
-	rep, err := loadgen.Run(ctx, loadgen.Config{URL: base, ActivityID: id, Users: c.users,
-		Concurrency: c.concurrency, RepeatShare: c.repeat, StartAt: startsAt,
-		WatchRemaining: true, Progress: loadgen.ProgressWriter(stderr), Token: c.token})
+	rep, err := loadgen.Run(ctx, crowdCfg)
 	if err != nil {
 		return fmt.Errorf("crowd: %w", err)
 	}
@@ -227,6 +265,9 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err e
 	} else {
 		fmt.Fprintln(stdout)
 		_ = rep.WriteTable(stdout)
+		if rep.Queue != nil {
+			_ = rep.Queue.WriteTable(stdout)
+		}
 		fmt.Fprintln(stdout)
 		_ = res.WriteTable(stdout)
 		fmt.Fprintln(stdout)
@@ -240,6 +281,9 @@ func runDemo(ctx context.Context, c demoConfig, stdout, stderr io.Writer) (err e
 	}
 	if !res.OK() {
 		return fmt.Errorf("invariants violated: %v", res.Err())
+	}
+	if c.jsonOut {
+		return nil // the report said it: "ok"
 	}
 	fmt.Fprintf(stdout, "PASS: sold %d of %d, 0 oversold, 0 duplicates, 0 lost orders (checked against the database)\n",
 		res.Sold(), res.Stock)

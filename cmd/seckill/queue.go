@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/lock"
 	"github.com/seckilldev/seckill/queue"
+	"github.com/seckilldev/seckill/stock"
 )
 
 // queueFlags configures the waiting rooms of the sales that have one.
@@ -82,7 +84,15 @@ func (q *queueSales) live(ctx context.Context) []queue.Sale {
 	return q.sales
 }
 
-// Remaining is the admitter's queue.Stock: the stock left in Redis.
+// Remaining is the admitter's queue.Stock: the stock left in Redis; while
+// Redis does not hold the sale yet (no one has grabbed: before the start,
+// or before the first buyer is admitted), the database's, which the first
+// grab loads.
 func (q *queueSales) Remaining(ctx context.Context, id int64) (int64, error) {
-	return q.bk.engine.Remaining(ctx, q.acts[id])
+	a := q.acts[id]
+	n, err := q.bk.engine.Remaining(ctx, a)
+	if errors.Is(err, stock.ErrNotLoaded) {
+		return a.Remaining, nil
+	}
+	return n, err
 }

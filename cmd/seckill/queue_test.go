@@ -156,7 +156,8 @@ func TestWaitingRoom(t *testing.T) {
 // TestWaitingRoomInBrowser: the buyer's page in headless Chromium, on
 // serve with a proof of work on joining: a buyer joins before the start
 // (the page does the work, and says the buyer is in the draw), is admitted
-// after it, buys with the Buy button, and sees the order written.
+// after it, buys with the Buy button, and sees the order written; the
+// dashboard then shows the room.
 func TestWaitingRoomInBrowser(t *testing.T) {
 	testenv.NeedBinary(t, "chromium")
 	be := backend{"sqlite", redisURL(t), "sqlite://" + filepath.Join(t.TempDir(), "queue.db")}
@@ -204,4 +205,13 @@ func TestWaitingRoomInBrowser(t *testing.T) {
 		t.Errorf("state shown %q, want %q", got, "You got one")
 	}
 	br.done("seckill-queue")
+
+	// The dashboard shows the room: the three buyers of the draw admitted
+	// (the sale's rate is 5 a second), no one waiting.
+	br.do("open the dashboard", chromedp.Navigate(fmt.Sprintf("%s/dashboard/#activity=%d", in.url, id)))
+	br.waitFor("the dashboard shows the waiting room", `!document.getElementById("queue-card").hidden &&
+		document.getElementById("queue-waiting").textContent === "0" &&
+		document.getElementById("queue-detail").textContent.startsWith("3 admitted") &&
+		document.getElementById("queue-detail").textContent.includes("of 5/s")`)
+	br.done("seckill-queue-dashboard")
 }

@@ -211,7 +211,7 @@ func runServe(ctx context.Context, c serveConfig, stdout, stderr io.Writer) (err
 	apiOpts, blocklist := c.guard.apiOptions(guardCtx, bk, c.backend.prefix, log, verifier)
 	apiOpts = append(apiOpts, httpapi.WithQueue(room))
 	api := httpapi.New(svc, c.adminToken, health(bk, (secrets{}).add(c.backend.secrets()...)), log, reg, metrics, apiOpts...)
-	dash := newDashboard(c, bk, observer, saleMetrics, api, log)
+	dash := newDashboard(c, bk, observer, saleMetrics, api, room, log)
 	api.Mount(dashboard.Prefix, dash)
 	api.Mount(page.Prefix, page.Handler())
 	var dr drainer

@@ -117,6 +117,18 @@ function drawBuckets(a) {
   el.title = `${b.length} buckets`;
 }
 
+// drawQueue shows a sale's waiting room: who waits, who was let through,
+// how fast against the room's rate.
+function drawQueue(a) {
+  const q = a.queue;
+  $("queue-card").hidden = !q;
+  if (!q) return;
+  $("queue-waiting").textContent = fmt(q.waiting);
+  const hold = q.hold ? `, hold ${q.hold}` : "";
+  $("queue-detail").textContent = `${fmt(q.admitted)} admitted · ${fmt(Math.round(q.admit_rate))}/s of ${fmt(q.rate)}/s${hold}` +
+    (q.closed ? " · closed: sold out" : "");
+}
+
 function render() {
   const f = last;
   if (!f) return;
@@ -143,6 +155,7 @@ function render() {
     $("remaining-redis").textContent = a.redis_remaining == null ? "not loaded" : fmt(a.redis_remaining);
     $("remaining-of").textContent = `of ${fmt(a.stock)}`;
     drawBuckets(a);
+    drawQueue(a);
     $("remaining-db").textContent = fmt(a.db_remaining);
     $("backlog").textContent = fmt(a.backlog);
     $("lag").textContent = fmt(a.lag);
@@ -157,6 +170,7 @@ function render() {
     $("activity-title").textContent = "No live activity";
     $("activity-status").textContent = "";
     $("states").textContent = "";
+    $("queue-card").hidden = true;
   }
 
   const tbody = $("activities").tBodies[0];
