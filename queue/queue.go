@@ -253,7 +253,14 @@ func (r *Room) Status(s Sale, ticket string, uid int64, now time.Time) (Status, 
 		// before the start (or before this instance read the room): the
 		// draw is made at the start
 		until := s.StartsAt.Sub(now)
-		return Status{State: "waiting", Ahead: -1, Wait: max(until, 0), RetryAfter: clamp(until, r.cfg.Refresh, 5*time.Second)}, nil
+		retry := clamp(until, r.cfg.Refresh, 5*time.Second)
+		if until > 0 && until <= 5*time.Second && place[0] == 'p' {
+			// The last poll before the start: the draw's buyers come back
+			// spread over startSpread after it (by their random place),
+			// not all in its first millisecond.
+			retry += time.Duration(n%uint64(startSpread/time.Millisecond)) * time.Millisecond
+		}
+		return Status{State: "waiting", Ahead: -1, Wait: max(until, 0), RetryAfter: retry}, nil
 	}
 	var ahead int64
 	switch place[0] {
@@ -284,6 +291,11 @@ func (r *Room) Status(s Sale, ticket string, uid int64, now time.Time) (Status, 
 	wait := time.Duration(float64(ahead+1) / rate * float64(time.Second))
 	return Status{State: "waiting", Ahead: ahead, Wait: wait, RetryAfter: clamp(wait/2, r.cfg.Refresh*2, 10*time.Second)}, nil
 }
+
+// startSpread is how long after the start the draw's buyers, told to come
+// back at the start, are spread over: the admission takes its first
+// second's buyers over about that second anyway.
+const startSpread = time.Second
 
 func clamp(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
 

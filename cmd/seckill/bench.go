@@ -179,6 +179,9 @@ type benchResult struct {
 	Load      *loadgen.Report `json:"load,omitempty"`
 	Checks    *check.Report   `json:"checks,omitempty"`
 	Scenarios []scenario      `json:"scenarios,omitempty"`
+	// Room is what the service said of its waiting room, a second at a
+	// time, in a run with --queue-rate (when its /metrics could be read).
+	Room *roomSeries `json:"room,omitempty"`
 	// Generator is the load generator of the scenarios: wrk or go.
 	Generator string `json:"generator,omitempty"`
 	OK        bool   `json:"ok"`
@@ -230,11 +233,18 @@ func runBench(ctx context.Context, c benchConfig, stdout, stderr io.Writer) erro
 	if c.identity == "jwt" {
 		cfg.Token = jwtBuyers(c.jwtSecret, c.jwtAudience, c.jwtIssuer, c.jwtClaim).token()
 	}
+	var stopWatch func() *roomSeries
+	if cfg.Queue != nil && c.adminToken != "" {
+		stopWatch = watchRoom(ctx, c.target, c.adminToken, c.activity, startsAt.Add(-c.queue.early))
+	}
 	rep, err := loadgen.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	res := benchResult{Load: rep, OK: rep.UsersConflicting == 0}
+	if stopWatch != nil {
+		res.Room = stopWatch()
+	}
 	// A run the service refused outright (a wrong JWT secret: every grab
 	// 401) sold nothing, and its invariants hold trivially: not a pass.
 	n := rep.Counts
@@ -260,7 +270,7 @@ func runBench(ctx context.Context, c benchConfig, stdout, stderr io.Writer) erro
 		_ = rep.WriteTable(stdout)
 		if rep.Queue != nil {
 			_ = rep.Queue.WriteTable(stdout)
-			c.queue.writeVerdict(stdout, rep)
+			c.queue.writeVerdict(stdout, rep, res.Room)
 		}
 		if res.Checks != nil {
 			fmt.Fprintln(stdout)

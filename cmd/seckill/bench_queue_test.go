@@ -20,7 +20,7 @@ import (
 // tells everyone the truth at the end, and every invariant holds.
 func TestBenchQueue(t *testing.T) {
 	const users, stock, rate = 4000, 600, 400
-	rep, stderr := runCrowd(t, "bench", "--queue-rate", "400", "--queue-hold", "2", "--join-rate", "4000", "--queue-early", "500ms",
+	rep, room, stderr := runCrowd(t, "bench", "--queue-rate", "400", "--queue-hold", "2", "--join-rate", "4000", "--queue-early", "500ms",
 		"--users", "4000", "--stock", "600", "--concurrency", "32", "--duration", "2m",
 		"--redis", "redis://"+testenv.RedisAddr(t), "--db", "sqlite://"+filepath.Join(t.TempDir(), "queue.db"))
 	q := rep.Queue
@@ -51,6 +51,23 @@ func TestBenchQueue(t *testing.T) {
 	// Only the admitted grab, and the room admits 400 a second.
 	if q.GrabsPeak > 2*rate {
 		t.Errorf("peak %d grabs in a second at an admission rate of %d", q.GrabsPeak, rate)
+	}
+	// The service's own count: admitted at the room's rate (a tick late
+	// or early at most on a loaded machine), and grabs past the pass check
+	// no more than admitted.
+	if room == nil || len(room.Admitted) == 0 {
+		t.Fatalf("no series of the service's waiting room")
+	}
+	var admitted, grabs int64
+	for i := range room.Admitted {
+		admitted, grabs = admitted+room.Admitted[i], grabs+room.Grabs[i]
+		if room.Admitted[i] > 2*rate {
+			t.Errorf("the service admitted %d in second %d at a rate of %d: %v", room.Admitted[i], i, rate, room.Admitted)
+		}
+	}
+	if admitted > q.Admitted || grabs > rep.Requests {
+		t.Errorf("the service counted %d admitted and %d grabs; the crowd was told %d admitted and sent %d grabs",
+			admitted, grabs, q.Admitted, rep.Requests)
 	}
 	if !strings.Contains(stderr, "created activity") {
 		t.Errorf("no sale created: %s", stderr)
@@ -88,7 +105,7 @@ func TestBenchQueueFlags(t *testing.T) {
 // half after the start, every user is told how it ended, and the checks
 // hold.
 func TestDemoQueue(t *testing.T) {
-	rep, stderr := runCrowd(t, "demo", "--queue-rate", "100", "--users", "1500", "--stock", "80", "--countdown", "2s",
+	rep, _, stderr := runCrowd(t, "demo", "--queue-rate", "100", "--users", "1500", "--stock", "80", "--countdown", "2s",
 		"--identity", "jwt")
 	q := rep.Queue
 	if rep.Counts.Accepted != 80 {
@@ -104,9 +121,10 @@ func TestDemoQueue(t *testing.T) {
 }
 
 // runCrowd runs seckill demo or bench with args and --json, and returns
-// the crowd's report, which must have the waiting room's part, and the
-// command's stderr; the run must pass its checks.
-func runCrowd(t *testing.T, args ...string) (*loadgen.Report, string) {
+// the crowd's report, which must have the waiting room's part, the
+// service's series of the room (bench), and the command's stderr; the run
+// must pass its checks.
+func runCrowd(t *testing.T, args ...string) (*loadgen.Report, *roomSeries, string) {
 	t.Helper()
 	bin, err := buildBinary()
 	if err != nil {
@@ -121,6 +139,7 @@ func runCrowd(t *testing.T, args ...string) (*loadgen.Report, string) {
 	}
 	var res struct {
 		Load *loadgen.Report `json:"load"`
+		Room *roomSeries     `json:"room"`
 		OK   bool            `json:"ok"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
@@ -129,5 +148,5 @@ func runCrowd(t *testing.T, args ...string) (*loadgen.Report, string) {
 	if !res.OK || res.Load == nil || res.Load.Queue == nil {
 		t.Fatalf("not ok, or no report of the waiting room: %s", stdout.String())
 	}
-	return res.Load, stderr.String()
+	return res.Load, res.Room, stderr.String()
 }

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -428,26 +429,35 @@ type grabTally struct {
 	answered float64            // answers on the grab route, any status
 }
 
-// readGrabTally reads the grab counters of the service at base (its
-// /metrics takes the admin token).
-func readGrabTally(ctx context.Context, base, adminToken string) (grabTally, error) {
+// readMetrics reads the metrics of the service at base (its /metrics
+// takes the admin token).
+func readMetrics(ctx context.Context, base, adminToken string) (map[string]*dto.MetricFamily, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
 	if err != nil {
-		return grabTally{}, err
+		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return grabTally{}, fmt.Errorf("read /metrics: %w", err)
+		return nil, fmt.Errorf("read /metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return grabTally{}, fmt.Errorf("read /metrics: HTTP %d", resp.StatusCode)
+		return nil, fmt.Errorf("read /metrics: HTTP %d", resp.StatusCode)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return grabTally{}, fmt.Errorf("read /metrics: %w", err)
+		return nil, fmt.Errorf("read /metrics: %w", err)
+	}
+	return families, nil
+}
+
+// readGrabTally reads the grab counters of the service at base.
+func readGrabTally(ctx context.Context, base, adminToken string) (grabTally, error) {
+	families, err := readMetrics(ctx, base, adminToken)
+	if err != nil {
+		return grabTally{}, err
 	}
 	t := grabTally{outcomes: map[string]float64{}}
 	if f := families["seckill_grabs_total"]; f != nil {
