@@ -18,7 +18,8 @@ import (
 // TestWaitingRoom runs a sale behind a waiting room through serve: a grab
 // needs the pass that the room gives the admitted; buyers are admitted in
 // the order they joined, at the room's rate; at the sell-out every waiting
-// buyer is told sold out; nothing is oversold.
+// buyer is told sold out; a cancelled order's unit admits the next in line;
+// nothing is oversold.
 func TestWaitingRoom(t *testing.T) {
 	be := backend{"sqlite", redisURL(t), "sqlite://" + filepath.Join(t.TempDir(), "queue.db")}
 	in := startServe(t, be, testenv.Prefix(t))
@@ -66,6 +67,7 @@ func TestWaitingRoom(t *testing.T) {
 	// admitted must always be the first to join.
 	admitted, told := 0, map[int]string{}
 	sold, soldOutAt := 0, time.Time{}
+	firstOrder, firstBuyer := "", 0
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		passes := map[int]string{}
@@ -106,6 +108,9 @@ func TestWaitingRoom(t *testing.T) {
 			switch g := grab(i, pass); {
 			case g.status == http.StatusAccepted:
 				sold++
+				if firstOrder == "" {
+					firstOrder, firstBuyer = g.body["order_id"].(string), i
+				}
 			case g.status == http.StatusConflict && g.code() == "sold_out":
 			default:
 				t.Fatalf("grab by admitted buyer %d: %d %v", i+1, g.status, g.body)
@@ -151,6 +156,33 @@ func TestWaitingRoom(t *testing.T) {
 	}
 	t.Logf("%d admitted in the order of joining, %d sold; the last waiting buyer told sold out %v after the sell-out",
 		admitted, sold, time.Since(soldOutAt).Round(time.Millisecond))
+
+	// A cancelled order's unit comes back: the room opens again, and the
+	// next in line (told sold out until then) is admitted and buys it.
+	owner := user(int64(firstBuyer + 1))
+	orderPath := "/api/v1/orders/" + firstOrder
+	testenv.WaitFor(t, "the first order written", func() bool {
+		return in.do("GET", orderPath, owner, "").body["status"] == "confirmed"
+	})
+	if c := in.do("POST", orderPath+"/cancel", owner, ""); c.status != http.StatusOK {
+		t.Fatalf("cancel %s: %d %v", firstOrder, c.status, c.body)
+	}
+	next := admitted
+	var pass string
+	testenv.WaitFor(t, "the next in line admitted after the cancel", func() bool {
+		st := poll(next)
+		pass, _ = st.body["pass"].(string)
+		return pass != ""
+	})
+	if g := grab(next, pass); g.status != http.StatusAccepted {
+		t.Fatalf("the next in line, admitted after the cancel: grab %d %v, want 202", g.status, g.body)
+	}
+	if st := poll(next + 1); st.body["state"] == "admitted" {
+		// The rate admits more than the one unit (no hold): they find it sold.
+		if g := grab(next+1, st.body["pass"].(string)); g.status != http.StatusConflict {
+			t.Errorf("a second buyer after one unit came back: grab %d %v, want 409", g.status, g.body)
+		}
+	}
 }
 
 // TestWaitingRoomInBrowser: the buyer's page in headless Chromium, on
