@@ -75,7 +75,14 @@ func (a *Admitter) Tick(ctx context.Context, s Sale, now time.Time) (State, erro
 	}
 	a.mu.Unlock()
 
-	dt := min(now.Sub(p.last), time.Second).Seconds()
+	// A late tick does not catch up on the time it missed beyond two
+	// ticks: the jitter of the ticks is made good (a tick 30 ms late and
+	// the next 30 ms early admit two ticks' worth), a pause (a loaded
+	// machine, a new leader) is not, so that the grab path never sees a
+	// burst after it: in any second the room admits at most rate x (1 s +
+	// two ticks), and about rate x 1 s while the ticks keep time. The rate
+	// is a ceiling, not a quota.
+	dt := min(now.Sub(p.last), 2*a.tick).Seconds()
 	p.last = now
 	allow := p.carry + float64(max(s.Rate, 1))*max(dt, 0)
 	n := int64(math.Floor(allow))

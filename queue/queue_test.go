@@ -166,6 +166,26 @@ func TestArrivalOrder(t *testing.T) {
 	}
 }
 
+// TestLateTickDoesNotBurst: a tick that comes late (a paused admitter, a
+// new leader) admits two ticks' worth at most, not the time it missed:
+// the grab path never sees more than the rate and two ticks in a second.
+func TestLateTickDoesNotBurst(t *testing.T) {
+	r, _, _ := newRoom(t)
+	s := started(50) // 5 a tick of 100 ms
+	joinAll(t, r, s, 40)
+	adm, _, at := admitter(r, 1000)
+	tick(t, adm, s, at, 0)
+	if st := tick(t, adm, s, at, 100*time.Millisecond); st.Admitted != 5 {
+		t.Fatalf("%d admitted after one tick, want 5", st.Admitted)
+	}
+	if st := tick(t, adm, s, at, 130*time.Millisecond); st.Admitted != 11 {
+		t.Fatalf("%d admitted after a tick 30 ms late, want 11 (its 130 ms)", st.Admitted)
+	}
+	if st := tick(t, adm, s, at, 800*time.Millisecond); st.Admitted != 21 {
+		t.Fatalf("%d admitted after a tick 700 ms late, want 21 (two ticks more)", st.Admitted)
+	}
+}
+
 // TestDrawIsUniform: buyers who join before the start are admitted in a
 // uniformly random order: over many rooms, the place of admission of the
 // first (and of the last) to join is uniform over the places.
