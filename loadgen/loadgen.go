@@ -11,6 +11,9 @@
 // and pooled, for https:// or on request), replies are scanned in place
 // instead of decoded, and latencies go to per-worker histograms merged at
 // the end.
+//
+// With Config.Queue the crowd goes through the sale's waiting room instead
+// (queue.go): each user joins, polls when told, and grabs once admitted.
 package loadgen
 
 import (
