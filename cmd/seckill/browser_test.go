@@ -116,9 +116,9 @@ func (b *browser) text(sel string) string {
 	return strings.TrimSpace(s)
 }
 
-// done takes a screenshot, name.png in the test's directory (the test logs
-// where), and fails the test if a page threw or its policy refused
-// anything.
+// done takes a screenshot, name.png in the test's directory or, to keep
+// it, in $SECKILL_SCREENSHOTS (the test logs where), and fails the test if
+// a page threw or its policy refused anything.
 func (b *browser) done(name string) {
 	b.t.Helper()
 	ctx, cancel := b.within()
@@ -127,7 +127,11 @@ func (b *browser) done(name string) {
 	if err != nil {
 		b.t.Fatalf("screenshot: %v", err)
 	}
-	path := filepath.Join(b.t.TempDir(), name+".png") // removed with the test's directory: -v logs where
+	dir := os.Getenv("SECKILL_SCREENSHOTS")
+	if dir == "" {
+		dir = b.t.TempDir() // removed with the test's directory: -v logs where
+	}
+	path := filepath.Join(dir, name+".png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		b.t.Fatal(err)
 	}
