@@ -41,7 +41,7 @@ type pace struct {
 	carry     float64  // admissions allowed and not yet made (below 1)
 	remaining int64    // the stock left at the last tick (-1: no tick yet)
 	bought    int64    // the sum of the stock's drops between ticks
-	samples   []sample // the last PassTTL of ticks, oldest first
+	samples   []sample // the last Config.HoldWindow of ticks, oldest first
 }
 
 type sample struct {
@@ -98,7 +98,7 @@ func (a *Admitter) Tick(ctx context.Context, s Sale, now time.Time) (State, erro
 	}
 	p.remaining = remaining
 	if s.Hold > 0 {
-		// admitted but not bought within a pass's life: those admitted
+		// admitted but not bought within the hold window: those admitted
 		// since the oldest sample, less the units bought since
 		var outstanding int64
 		if len(p.samples) > 0 {
@@ -131,7 +131,7 @@ func (a *Admitter) Tick(ctx context.Context, s Sale, now time.Time) (State, erro
 	}
 	p.samples = append(p.samples, sample{at: now, admitted: st.Admitted, bought: p.bought})
 	cut := 0
-	for cut < len(p.samples)-1 && now.Sub(p.samples[cut].at) > a.room.cfg.PassTTL {
+	for cut < len(p.samples)-1 && now.Sub(p.samples[cut].at) > a.room.cfg.HoldWindow {
 		cut++
 	}
 	p.samples = p.samples[cut:]

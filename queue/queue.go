@@ -86,6 +86,11 @@ type Config struct {
 	Prefix string
 	// PassTTL is how long a pass lets its holder grab. Default 2 min.
 	PassTTL time.Duration
+	// HoldWindow is how long a buyer admitted and not yet bought counts
+	// against a sale's Hold: after it the buyer is taken for gone (a page
+	// closed), and the place goes to the next in line; the pass still lets
+	// them grab, and the stock decides. Default 30 s.
+	HoldWindow time.Duration
 	// Refresh is how often an instance reads the admission state of the
 	// rooms it answers for. Default 100 ms.
 	Refresh time.Duration
@@ -95,6 +100,10 @@ type Config struct {
 	// 2^WorkBits SHA-256 hashes per join (see Challenge). At most 32.
 	WorkBits int
 }
+
+// DefaultHoldWindow is Config.HoldWindow's default: a buyer admitted
+// clicks Buy within seconds, or has left.
+const DefaultHoldWindow = 30 * time.Second
 
 // Sale is what a room needs to know of an activity.
 type Sale struct {
@@ -162,6 +171,9 @@ func New(rdb redis.UniversalClient, cfg Config) (*Room, error) {
 	}
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = 100 * time.Millisecond
+	}
+	if cfg.HoldWindow <= 0 {
+		cfg.HoldWindow = DefaultHoldWindow
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()

@@ -451,3 +451,24 @@ func TestProofOfWork(t *testing.T) {
 		t.Errorf("a room without work: challenge %q of %d bits, want none, and joins without proof", c, bits)
 	}
 }
+
+// TestHoldForgetsTheGone: a buyer admitted and not bought within the hold
+// window is taken for gone: the hold lets the next in line in.
+func TestHoldForgetsTheGone(t *testing.T) {
+	r, _, _ := newRoom(t)
+	s := started(1000)
+	s.Hold = 2
+	joinAll(t, r, s, 50)
+	adm, _, at := admitter(r, 5)
+	tick(t, adm, s, at, 0)
+	if st := tick(t, adm, s, at, 100*time.Millisecond); st.Admitted != 10 {
+		t.Fatalf("hold 2, 5 left: %d admitted, want 10", st.Admitted)
+	}
+	if st := tick(t, adm, s, at, 20*time.Second); st.Admitted != 10 {
+		t.Fatalf("nobody bought, 20 s on: %d admitted, want still 10", st.Admitted)
+	}
+	tick(t, adm, s, at, 11*time.Second) // the 10 were admitted over 30 s ago
+	if st := tick(t, adm, s, at, 100*time.Millisecond); st.Admitted != 20 {
+		t.Fatalf("the 10 gone after the hold window: %d admitted, want 20", st.Admitted)
+	}
+}

@@ -232,6 +232,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"serve", "--batch", "many"}, [2]string{}, `invalid value "many" for flag -batch`},
 		{[]string{"serve", "extra"}, [2]string{}, `unexpected argument "extra"`},
 		{[]string{"serve", "--queue-work-bits", "40"}, [2]string{}, "--queue-work-bits: 40 is not between 0 and 32"},
+		{[]string{"serve", "--queue-hold-window", "500ms"}, [2]string{}, "--queue-hold-window: 500ms is not between 1s and 10m"},
 		{[]string{"serve"}, [2]string{"SECKILL_QUEUE_KEY", "short"}, "--queue-key: 5 bytes, want at least 32"},
 		{[]string{"worker", "--redis", redis}, [2]string{"SECKILL_LINGER", "soon"}, "SECKILL_LINGER"},
 		{[]string{"serve", "--redis", "redis://h:1/notadb"}, [2]string{}, "--redis: bad redis URL"},

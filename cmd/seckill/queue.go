@@ -16,12 +16,14 @@ import (
 
 // queueFlags configures the waiting rooms of the sales that have one.
 type queueFlags struct {
-	key  string // --queue-key
-	work int    // --queue-work-bits
+	key        string        // --queue-key
+	work       int           // --queue-work-bits
+	holdWindow time.Duration // --queue-hold-window
 }
 
 func (f *queueFlags) register(fs flagSet) {
 	fs.IntVar(&f.work, "queue-work-bits", 0, "joining a waiting room takes a proof of work of about 2^N SHA-256 hashes (0 to 32; 0: none): minting tickets for many accounts costs CPU")
+	fs.DurationVar(&f.holdWindow, "queue-hold-window", queue.DefaultHoldWindow, "how long a buyer admitted and not yet bought counts against a waiting room's hold: after it, the buyer is taken for gone and the place goes to the next in line (1s to 10m)")
 	fs.StringVar(&f.key, "queue-key", "", "the secret (at least 32 bytes) that signs the waiting rooms' tickets and passes: the same on every instance (default: a random key, for one instance only)")
 }
 
@@ -29,6 +31,9 @@ func (f *queueFlags) register(fs flagSet) {
 func (f *queueFlags) check() error {
 	if f.work < 0 || f.work > 32 {
 		return usagef("--queue-work-bits: %d is not between 0 and 32", f.work)
+	}
+	if f.holdWindow != 0 && (f.holdWindow < time.Second || f.holdWindow > 10*time.Minute) { // 0: the room's default
+		return usagef("--queue-hold-window: %v is not between 1s and 10m", f.holdWindow)
 	}
 	if f.key != "" && len(f.key) < 32 {
 		return usagef("--queue-key: %d bytes, want at least 32", len(f.key))
@@ -45,7 +50,7 @@ func newRoom(f *queueFlags, bk *backends, prefix string, log *slog.Logger) (*que
 		_, _ = rand.Read(key)
 		log.Info("waiting rooms: tickets and passes are signed with a key made for this process; give every instance the same --queue-key")
 	}
-	return queue.New(bk.rdb, queue.Config{Key: key, Prefix: prefix, Log: log, WorkBits: f.work})
+	return queue.New(bk.rdb, queue.Config{Key: key, Prefix: prefix, Log: log, WorkBits: f.work, HoldWindow: f.holdWindow})
 }
 
 // startRoom runs the room's refresh and, while this process leads, its
