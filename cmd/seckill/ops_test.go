@@ -1,9 +1,11 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -15,7 +17,8 @@ import (
 
 // Every metric the Grafana dashboard and the alerting rules of ops/ use is
 // one that serve exports, read from the /metrics of a serve on real Redis
-// and PostgreSQL after a sale (labelled series appear once used).
+// and PostgreSQL after a sale and a join of a waiting room (labelled
+// series appear once used).
 func TestOpsKitMetricNames(t *testing.T) {
 	in := startServe(t, backend{name: "postgres", redisURL: "redis://" + testenv.RedisAddr(t),
 		dbURL: testenv.PostgresURL(t)}, testenv.Prefix(t))
@@ -27,6 +30,17 @@ func TestOpsKitMetricNames(t *testing.T) {
 		}
 	}
 	in.waitOrders(orders)
+	// A sale behind a waiting room, joined: the room's series.
+	now := time.Now()
+	body := fmt.Sprintf(`{"name":"queued","stock":5,"starts_at":%q,"ends_at":%q,"queue":{"rate":10}}`,
+		now.Add(-time.Second).Format(time.RFC3339Nano), now.Add(time.Hour).Format(time.RFC3339Nano))
+	q := in.do("POST", "/api/v1/activities", in.admin(), body)
+	if q.status != http.StatusCreated {
+		t.Fatalf("create a sale with a waiting room: %d %v", q.status, q.body)
+	}
+	if j := in.do("POST", fmt.Sprintf("/api/v1/activities/%d/queue", int64(q.body["id"].(float64))), user(1), ""); j.status != http.StatusOK {
+		t.Fatalf("join: %d %v", j.status, j.body)
+	}
 
 	var families map[string]*dto.MetricFamily
 	parser := expfmt.NewTextParser(model.UTF8Validation)
@@ -41,7 +55,7 @@ func TestOpsKitMetricNames(t *testing.T) {
 		if families, err = parser.TextToMetricFamilies(resp.Body); err != nil {
 			t.Fatalf("/metrics: %v", err)
 		}
-		return families["seckill_stream_pending"] != nil
+		return families["seckill_stream_pending"] != nil && families["seckill_queue_joined_total"] != nil
 	})
 	exported := func(name string) bool {
 		if families[name] != nil {
