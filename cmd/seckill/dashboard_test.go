@@ -21,7 +21,8 @@ import (
 // The dashboard in a real browser (headless Chromium), during a real sale
 // on serve with Redis and PostgreSQL: the page follows the stock from 100
 // down to 0, counts 100 accepted grabs, and the admin view, whose form
-// created the sale, shows the checker's verdict. The screenshot, Chromium's
+// created the sale, shows the checker's verdict; a sale in 16 buckets shows
+// a bar a bucket. The screenshots, Chromium's
 // profile and its temporary files all live in the test's own directories,
 // removed at its end (see chromiumDirs).
 func TestDashboardInBrowser(t *testing.T) {
@@ -98,6 +99,31 @@ func TestDashboardInBrowser(t *testing.T) {
 		`(document.querySelector('#activities tr[data-activity="%d"]')?.textContent ?? "").includes("sold out")`, id))
 
 	br.done("seckill-dashboard")
+
+	// A sale split into 16 buckets: a bar a bucket, once Redis holds it
+	// (after its first grab); the grabbing user's home bucket has one less.
+	now := time.Now()
+	b := in.do("POST", "/api/v1/activities", in.admin(), fmt.Sprintf(`{"name":"split","stock":64,"starts_at":%q,"ends_at":%q,"buckets":16}`,
+		now.Add(-time.Second).Format(time.RFC3339Nano), now.Add(time.Hour).Format(time.RFC3339Nano)))
+	if b.status != http.StatusCreated {
+		t.Fatalf("create a sale of 16 buckets: %d %v", b.status, b.body)
+	}
+	bid := int64(b.body["id"].(float64))
+	if g := in.grab(bid, 1); g.status != http.StatusAccepted {
+		t.Fatalf("grab: %d %v", g.status, g.body)
+	}
+	do("follow the sale of 16 buckets", chromedp.Navigate(fmt.Sprintf("%s/dashboard/#activity=%d", in.url, bid)))
+	waitFor("a bar a bucket", `(() => {
+		const el = document.getElementById("buckets");
+		const titles = [...el.children].map((c) => c.title);
+		return !el.hidden && el.title === "16 buckets" && titles.length === 16 &&
+			titles.filter((x) => x.endsWith(": 4 left")).length === 15 && titles.filter((x) => x.endsWith(": 3 left")).length === 1;
+	})()`)
+	if shown := br.text("#activity-title"); shown != fmt.Sprintf("split (#%d)", bid) {
+		t.Fatalf("following %q, want the sale of 16 buckets", shown)
+	}
+	waitFor("no waiting room card for a sale without one", `getComputedStyle(document.getElementById("queue-card")).display === "none"`)
+	br.done("seckill-dashboard-buckets")
 }
 
 // An open dashboard page does not hold serve's drain: its stream ends when

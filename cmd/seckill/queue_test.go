@@ -241,7 +241,7 @@ func TestWaitingRoomInBrowser(t *testing.T) {
 	// The dashboard shows the room: the three buyers of the draw admitted
 	// (the sale's rate is 5 a second), no one waiting.
 	br.do("open the dashboard", chromedp.Navigate(fmt.Sprintf("%s/dashboard/#activity=%d", in.url, id)))
-	br.waitFor("the dashboard shows the waiting room", `!document.getElementById("queue-card").hidden &&
+	br.waitFor("the dashboard shows the waiting room", `getComputedStyle(document.getElementById("queue-card")).display !== "none" &&
 		document.getElementById("queue-waiting").textContent === "0" &&
 		document.getElementById("queue-detail").textContent.startsWith("3 admitted") &&
 		document.getElementById("queue-detail").textContent.includes("of 5/s")`)
