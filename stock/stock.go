@@ -524,19 +524,30 @@ func (e *Engine) Load(ctx context.Context, a seckill.Activity, buyers []seckill.
 
 // held reports which buckets of s Redis holds, in one pipelined round.
 func (e *Engine) held(ctx context.Context, s *shards) ([]bool, error) {
-	cmds := make([]*redis.IntCmd, len(s.keys))
+	return perBucket(ctx, e, s, func(p redis.Pipeliner, k Keys) *redis.IntCmd { return p.Exists(ctx, k.Meta) },
+		func(c *redis.IntCmd) (bool, error) {
+			n, err := c.Result()
+			return n == 1, err
+		})
+}
+
+// perBucket sends one command a bucket of s, made by send, in one
+// pipelined round, and returns each bucket's reply as read reads it; the
+// first error of a reply is the error.
+func perBucket[C redis.Cmder, T any](ctx context.Context, e *Engine, s *shards, send func(redis.Pipeliner, Keys) C, read func(C) (T, error)) ([]T, error) {
+	cmds := make([]C, len(s.keys))
 	pipe := e.rdb.Pipeline()
 	for b, k := range s.keys {
-		cmds[b] = pipe.Exists(ctx, k.Meta)
+		cmds[b] = send(pipe, k)
 	}
 	_, _ = pipe.Exec(ctx)
-	out := make([]bool, len(cmds))
+	out := make([]T, len(cmds))
 	for b, c := range cmds {
-		n, err := c.Result()
+		v, err := read(c)
 		if err != nil {
 			return nil, err
 		}
-		out[b] = n == 1
+		out[b] = v
 	}
 	return out, nil
 }
@@ -775,25 +786,14 @@ func (e *Engine) Remaining(ctx context.Context, a seckill.Activity) (int64, erro
 // RemainingByBucket returns the stock left in each bucket of the activity,
 // in one pipelined round; ErrNotLoaded if Redis does not hold a bucket.
 func (e *Engine) RemainingByBucket(ctx context.Context, a seckill.Activity) ([]int64, error) {
-	s := e.layout(&a)
-	cmds := make([]*redis.StringCmd, len(s.keys))
-	pipe := e.rdb.Pipeline()
-	for b, k := range s.keys {
-		cmds[b] = pipe.Get(ctx, k.Stock)
-	}
-	_, _ = pipe.Exec(ctx)
-	out := make([]int64, len(cmds))
-	for b, c := range cmds {
-		n, err := c.Int64()
-		if errors.Is(err, redis.Nil) {
-			return nil, ErrNotLoaded
-		}
-		if err != nil {
-			return nil, err
-		}
-		out[b] = n
-	}
-	return out, nil
+	return perBucket(ctx, e, e.layout(&a), func(p redis.Pipeliner, k Keys) *redis.StringCmd { return p.Get(ctx, k.Stock) },
+		func(c *redis.StringCmd) (int64, error) {
+			n, err := c.Int64()
+			if errors.Is(err, redis.Nil) {
+				return 0, ErrNotLoaded
+			}
+			return n, err
+		})
 }
 
 // PendingOrder reports whether Redis holds order oid of the activity that
