@@ -68,26 +68,9 @@ func concurrentBuyers(t *testing.T, in *instance, be backend, buckets int) {
 	if statuses[http.StatusAccepted] != 10 || statuses[http.StatusConflict] != 190 {
 		t.Errorf("%d buckets: replies: got %v, want 10 accepted and 190 sold out", buckets, statuses)
 	}
-	orders := map[string]int64{}
-	for uid, ids := range answered {
-		for oid := range ids {
-			orders[oid] = uid
-		}
-	}
-	confirmed := 0
-	for _, s := range in.waitOrders(orders) {
-		if s == "confirmed" {
-			confirmed++
-		}
-	}
-	if confirmed != 10 {
-		t.Errorf("%d buckets: confirmed orders: got %d, want 10", buckets, confirmed)
-	}
+	soldOutAfter(t, in, be, id, map[string]int64{}, answered, 10)
 	if got := in.activity(id)["remaining"].(float64); got != 0 {
 		t.Errorf("%d buckets: remaining in redis: got %v, want 0", buckets, got)
-	}
-	if got := dbRemaining(t, be.dbURL, id); got != 0 {
-		t.Errorf("%d buckets: remaining in the database: got %d, want 0", buckets, got)
 	}
 }
 
@@ -240,7 +223,7 @@ func soldOutAfter(t *testing.T, in *instance, be backend, id int64, orders map[s
 		}
 	}
 	if confirmed != want {
-		t.Errorf("confirmed orders after the rebuild: got %d, want %d", confirmed, want)
+		t.Errorf("confirmed orders: got %d, want %d", confirmed, want)
 	}
 	if got := dbRemaining(t, be.dbURL, id); got != 0 {
 		t.Errorf("database remaining: %d, want 0", got)
