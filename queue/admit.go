@@ -187,6 +187,28 @@ func (a *Admitter) Run(ctx context.Context, locks *lock.Client, sales func() []S
 	return ctx.Err()
 }
 
+// tickParallel bounds the sales TickAll ticks at once: each tick is two
+// Redis round trips, and a round of many live sales one after the other
+// would outlast the tick.
+const tickParallel = 16
+
+// TickAll ticks each of sales (distinct sales), up to tickParallel at
+// once, and returns each tick's error.
+func (a *Admitter) TickAll(ctx context.Context, sales []Sale) []error {
+	errs := make([]error, len(sales))
+	sem := make(chan struct{}, tickParallel)
+	var wg sync.WaitGroup
+	for i, s := range sales {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_, errs[i] = a.Tick(ctx, s, time.Now())
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
 // lead admits every tick until ctx (the lock's) ends.
 func (a *Admitter) lead(ctx context.Context, sales func() []Sale) {
 	t := time.NewTicker(a.tick)
@@ -194,10 +216,11 @@ func (a *Admitter) lead(ctx context.Context, sales func() []Sale) {
 	failing := map[int64]bool{} // warned once, until a tick succeeds
 	for {
 		live := map[int64]bool{}
-		for _, s := range sales() {
+		ss := sales()
+		errs := a.TickAll(ctx, ss)
+		for i, s := range ss {
 			live[s.ID] = true
-			_, err := a.Tick(ctx, s, time.Now())
-			switch {
+			switch err := errs[i]; {
 			case err != nil && ctx.Err() == nil && !failing[s.ID]:
 				a.room.cfg.Log.Warn("waiting room: admission tick failed; trying every tick", "activity", s.ID, "err", err)
 				failing[s.ID] = true

@@ -77,3 +77,36 @@ func BenchmarkVerifyPass(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTickRound: one round of the admitter over 100 live sales with a
+// room, one after the other (Tick in a loop) and as Run does it (TickAll).
+func BenchmarkTickRound(b *testing.B) {
+	r, _, _ := newRoom(b)
+	sales := make([]queue.Sale, 100)
+	for i := range sales {
+		sales[i] = started(1000)
+		if _, err := r.Join(context.Background(), sales[i], 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	adm, _, _ := admitter(r, 100)
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		for b.Loop() {
+			for _, s := range sales {
+				if _, err := adm.Tick(ctx, s, time.Now()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("TickAll", func(b *testing.B) {
+		for b.Loop() {
+			for _, err := range adm.TickAll(ctx, sales) {
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}

@@ -460,3 +460,33 @@ func TestProofOfWork(t *testing.T) {
 		t.Errorf("a room without work: challenge %q of %d bits, want none, and joins without proof", c, bits)
 	}
 }
+
+// TestTickAll: a round of the admitter over many sales ticks each of them
+// (several at once) and admits in each.
+func TestTickAll(t *testing.T) {
+	r, _, _ := newRoom(t)
+	sales := make([]queue.Sale, 40)
+	for i := range sales {
+		sales[i] = started(1000)
+		join(t, r, sales[i], 1)
+	}
+	adm, _, _ := admitter(r, 100)
+	for round := range 2 {
+		if round > 0 {
+			time.Sleep(20 * time.Millisecond) // at 1,000 a second: room for the one buyer
+		}
+		for i, err := range adm.TickAll(context.Background(), sales) {
+			if err != nil {
+				t.Fatalf("round %d, sale %d: %v", round, i, err)
+			}
+		}
+	}
+	if err := r.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sales {
+		if st, ok := r.StateOf(s); !ok || st.Admitted != 1 {
+			t.Errorf("sale %d: %+v (read: %v), want its one buyer admitted", s.ID, st, ok)
+		}
+	}
+}
