@@ -33,7 +33,7 @@ DUR=${DUR:-8s}; CONN=${CONN:-64}; ROUNDS=${ROUNDS:-2}
 for c in wrk redis-server redis-cli psql python3 curl; do command -v $c >/dev/null || { echo "$c missing (wrk: apt-get install wrk)"; exit 1; }; done
 if [ -n "${SECKILL_BIN:-}" ]; then cp "$SECKILL_BIN" $T/seckill; else go build -o $T/seckill ./cmd/seckill || exit 1; fi
 go build -o $T/baseline ./perf/baseline || exit 1
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+. "$here/lib.sh"
 RP=$(port); SP=$(port); BP=$(port); QP=$(port); AP=$(port)
 redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir $T --daemonize no --repl-diskless-sync-delay 0 >$T/redis.log 2>&1 & pids+=($!)
 psql -qAt "$PGURL/postgres" -c "DROP DATABASE IF EXISTS wrk_grab WITH (FORCE)" -c "CREATE DATABASE wrk_grab" >/dev/null || exit 1
@@ -57,22 +57,13 @@ curl -s -X POST http://127.0.0.1:$SP/api/v1/activities/$B/grab -H 'X-User-ID: 1'
 mode="serve with its worker on PostgreSQL"; [ -n "${NO_WORKER:-}" ] && mode="serve --no-worker (the API alone)"
 echo "$(date -u +%F), $(nproc) CPUs, wrk -t1 -c$CONN -d$DUR, $ROUNDS rounds, $mode${SERVE_FLAGS:+ $SERVE_FLAGS}${ACK:+, and with --ack-replicas $ACK}"
 SPID=${pids[1]} RPID=${pids[0]} BPID=${pids[2]}
-cpu() { awk '{print $14+$15}' /proc/$1/stat; } # utime+stime, in clock ticks
-script() { redis-cli -p $RP info commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_evalsha:/{print $3, $5}'; } # calls usec
-run() { # label, wrk arguments...: appends "label requests req/s serve-ticks redis-ticks baseline-ticks script-calls script-usec"
-  local label=$1; shift
-  local s0=$(cpu $SPID) r0=$(cpu $RPID) b0=$(cpu $BPID) e0=($(script)) out
-  out=$(wrk -t1 -c$CONN -d$DUR --latency "$@" 2>&1)
-  local e1=($(script))
-  { echo "-- $label"; echo "$out"; } >>$T/wrk.log
-  echo "$label $(echo "$out" | awk '/requests in/{print $1} /Requests\/sec/{print $2}' | tr '\n' ' ')$(($(cpu $SPID)-s0)) $(($(cpu $RPID)-r0)) $(($(cpu $BPID)-b0)) $((${e1[0]:-0}-${e0[0]:-0})) $((${e1[1]:-0}-${e0[1]:-0}))" >>$T/runs
-  echo "$out" | awk '/Requests\/sec/{print $2}'
-}
+# the grab script's calls and µs in Redis (the runs' lines: ... script-calls script-usec seconds)
+script() { redis-cli -p $RP info commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_evalsha:/{print $3, $5}'; }
 for r in $(seq $ROUNDS); do
-  h=$(run baseline http://127.0.0.1:$BP/hello)
-  s=$(run succeed -s "$here/grab.lua" http://127.0.0.1:$SP -- /api/v1/activities/$A/grab $((r*10000000)))
-  o=$(run soldout -s "$here/grab.lua" http://127.0.0.1:$SP -- /api/v1/activities/$B/grab $((r*10000000+5000000)))
-  a=""; [ -n "${ACK:-}" ] && a=$(run acked -s "$here/grab.lua" http://127.0.0.1:$AP -- /api/v1/activities/$C/grab $((r*10000000+7000000)))
+  h=$(run baseline script http://127.0.0.1:$BP/hello)
+  s=$(run succeed script -s "$here/grab.lua" http://127.0.0.1:$SP -- /api/v1/activities/$A/grab $((r*10000000)))
+  o=$(run soldout script -s "$here/grab.lua" http://127.0.0.1:$SP -- /api/v1/activities/$B/grab $((r*10000000+5000000)))
+  a=""; [ -n "${ACK:-}" ] && a=$(run acked script -s "$here/grab.lua" http://127.0.0.1:$AP -- /api/v1/activities/$C/grab $((r*10000000+7000000)))
   echo "round $r: baseline $h req/s, every grab succeeds $s, after the sell-out $o${ACK:+, every grab succeeds with --ack-replicas $ACK $a}"
 done
 # Every grab of the first scenario must be 202 and every one of the second 409: the server's own

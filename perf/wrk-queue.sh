@@ -19,7 +19,7 @@ DUR=${DUR:-8s}; CONN=${CONN:-64}; ROUNDS=${ROUNDS:-2}; BUYERS=${BUYERS:-2000}
 for c in wrk redis-server redis-cli python3 curl; do command -v $c >/dev/null || { echo "$c missing (wrk: apt-get install wrk)"; exit 1; }; done
 go build -o $T/seckill ./cmd/seckill || exit 1
 go build -o $T/baseline ./perf/baseline || exit 1
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+. "$here/lib.sh"
 RP=$(port); SP=$(port); BP=$(port)
 TOKEN=perf-admin-token-0123456789abcdef
 redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir $T --daemonize no >$T/redis.log 2>&1 & pids+=($!)
@@ -40,20 +40,12 @@ for uid in range(1, int(sys.argv[2]) + 1):
 PY
 echo "$(date -u +%F), $(nproc) CPUs, wrk -t1 -c$CONN -d$DUR, $ROUNDS rounds, $(wc -l <$T/tickets) waiting buyers"
 SPID=${pids[1]} RPID=${pids[0]} BPID=${pids[2]}
-cpu() { awk '{print $14+$15}' /proc/$1/stat; } # utime+stime, in clock ticks
+# the commands Redis processed (the runs' lines: ... redis-commands seconds; one of them is the
+# probe's own first INFO, taken off below)
 cmds() { redis-cli -p $RP info stats | tr -d '\r' | awk -F: '/^total_commands_processed:/{print $2}'; }
-run() { # label, wrk arguments...: appends "label requests req/s serve-ticks redis-ticks baseline-ticks redis-commands seconds"
-  local label=$1; shift
-  local s0=$(cpu $SPID) r0=$(cpu $RPID) b0=$(cpu $BPID) c0=$(cmds) t0=$(date +%s.%N) out
-  out=$(wrk -t1 -c$CONN -d$DUR --latency "$@" 2>&1)
-  local c1=$(cmds) t1=$(date +%s.%N)
-  { echo "-- $label"; echo "$out"; } >>$T/wrk.log
-  echo "$label $(echo "$out" | awk '/requests in/{print $1} /Requests\/sec/{print $2}' | tr '\n' ' ')$(($(cpu $SPID)-s0)) $(($(cpu $RPID)-r0)) $(($(cpu $BPID)-b0)) $((c1-c0-1)) $(echo "$t1 - $t0" | bc)" >>$T/runs
-  echo "$out" | awk '/Requests\/sec/{print $2}'
-}
 for r in $(seq $ROUNDS); do
-  h=$(run baseline http://127.0.0.1:$BP/hello)
-  p=$(run poll -s "$here/queue.lua" http://127.0.0.1:$SP -- /api/v1/activities/$A/queue $T/tickets)
+  h=$(run baseline cmds http://127.0.0.1:$BP/hello)
+  p=$(run poll cmds -s "$here/queue.lua" http://127.0.0.1:$SP -- /api/v1/activities/$A/queue $T/tickets)
   echo "round $r: baseline $h req/s, status polls $p"
 done
 awk '/^-- /{l=$2} /Socket errors|Non-2xx/{print "  " l ": " $0}' $T/wrk.log
@@ -68,6 +60,6 @@ H, P = med("baseline", 1), med("poll", 1)
 print(f"baseline {H:.0f} req/s | status polls {P:.0f} req/s ({P/H:.2f}x)")
 def us(label, i): return st.median(r[i] / hz / r[0] * 1e6 for r in runs[label])
 print(f"CPU per request: baseline {us('baseline', 4):.1f} µs | a poll: serve {us('poll', 2):.1f} µs, redis {us('poll', 3):.2f} µs")
-n = sum(r[0] for r in runs["poll"]); c = sum(r[5] for r in runs["poll"]); secs = sum(r[6] for r in runs["poll"])
+n = sum(r[0] for r in runs["poll"]); c = sum(r[5] - 1 for r in runs["poll"]); secs = sum(r[6] for r in runs["poll"])
 print(f"Redis commands during the polls: {c:.0f} in {secs:.0f} s ({c/secs:.1f}/s: the refresh and the admitter), {c/n:.5f} a poll")
 PY
