@@ -499,11 +499,24 @@ func startChildService(ctx context.Context, c *benchConfig, stderr io.Writer) (*
 	}}, nil
 }
 
+// selfBinary returns this executable, to run as a child seckill process;
+// a Go test binary is refused (run as "serve", it would run the tests).
+func selfBinary() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if strings.HasSuffix(filepath.Base(exe), ".test") {
+		return "", fmt.Errorf("%s is a test binary: it cannot run as a seckill child process; build seckill and run that", filepath.Base(exe))
+	}
+	return exe, nil
+}
+
 // startChild runs this executable with args, and env added to the
 // environment, and waits for the line "listening on <addr>" on its stdout.
 // stop sends SIGTERM and waits.
 func startChild(ctx context.Context, stderr io.Writer, env []string, args ...string) (url string, stop func(), err error) {
-	exe, err := os.Executable()
+	exe, err := selfBinary()
 	if err != nil {
 		return "", nil, err
 	}

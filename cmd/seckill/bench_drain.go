@@ -286,7 +286,7 @@ func waitDrained(ctx context.Context, rdb redis.UniversalClient, prefix string, 
 // startWorkerProcess runs `seckill worker` on the bench's backends; stop
 // sends SIGTERM, waits, and returns the CPU time the process used.
 func startWorkerProcess(ctx context.Context, c benchConfig, stderr io.Writer) (stop func() (time.Duration, error), err error) {
-	exe, err := os.Executable()
+	exe, err := selfBinary()
 	if err != nil {
 		return nil, err
 	}

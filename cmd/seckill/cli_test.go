@@ -461,3 +461,14 @@ func TestURLHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestChildNeedsSeckillBinary: bench, which runs seckill serve as a child
+// process, refuses to run this test binary in its place (as "serve" it
+// would run the tests, and leave them running).
+func TestChildNeedsSeckillBinary(t *testing.T) {
+	var stderr strings.Builder
+	code := run(context.Background(), []string{"bench", "--users", "10"}, &strings.Builder{}, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "is a test binary: it cannot run as a seckill child process") {
+		t.Errorf("bench in a test binary: exit %d, %q; want 2 and the refusal", code, stderr.String())
+	}
+}

@@ -62,7 +62,7 @@ func soakCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			cfg.Faults = append(cfg.Faults, soak.Fault(f))
 		}
 	}
-	exe, err := os.Executable()
+	exe, err := selfBinary()
 	if err != nil {
 		return notStarted(err)
 	}
