@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"bytes"
+	"cmp"
 	"container/heap"
 	"fmt"
 	"io"
@@ -385,18 +386,15 @@ func (q *queueRun) report(rep *Report, elapsed time.Duration, workers []*worker)
 				sent, arrival = append(sent, int64(u.sent)), append(arrival, u.arrival)
 			}
 		}
-		switch u.state {
-		case "waiting":
-			qr.Waiting++
-		case "admitted":
+		switch {
+		case u.admitted > 0: // whatever a retried grab's poll said after
 			qr.Admitted++
-		case "sold_out":
+		case u.state == "waiting":
+			qr.Waiting++
+		case u.state == "sold_out":
 			qr.SoldOut++
-		case "ended":
+		case u.state == "ended":
 			qr.Ended++
-		}
-		if u.admitted > 0 && u.state != "admitted" {
-			qr.Admitted++ // told admitted, then (a retried grab) something else
 		}
 		if u.waiting > 0 {
 			qr.LastWaiting = max(qr.LastWaiting, u.waiting-1)
@@ -424,7 +422,7 @@ func (q *queueRun) outOfOrder() int64 {
 			idx = append(idx, i)
 		}
 	}
-	slices.SortFunc(idx, func(a, b int) int { return int(q.users[a].arrival - q.users[b].arrival) })
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(q.users[a].arrival, q.users[b].arrival) })
 	// From the back of the line: the earliest admission of anyone behind.
 	var bad int64
 	behind := time.Duration(1<<63 - 1)
@@ -456,12 +454,7 @@ func kendallTau(xs, ys []int64) float64 {
 	for i := range idx {
 		idx[i] = i
 	}
-	slices.SortFunc(idx, func(a, b int) int {
-		if xs[a] != xs[b] {
-			return int(xs[a] - xs[b])
-		}
-		return int(ys[a] - ys[b])
-	})
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Or(cmp.Compare(xs[a], xs[b]), cmp.Compare(ys[a], ys[b])) })
 	seq := make([]int64, n)
 	for i, k := range idx {
 		seq[i] = ys[k]

@@ -453,22 +453,28 @@ func readMetrics(ctx context.Context, base, adminToken string) (map[string]*dto.
 	return families, nil
 }
 
+// counterBy sums the counter name of families by the values of its label.
+func counterBy(families map[string]*dto.MetricFamily, name, label string) map[string]float64 {
+	sums := map[string]float64{}
+	if f := families[name]; f != nil {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label {
+					sums[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sums
+}
+
 // readGrabTally reads the grab counters of the service at base.
 func readGrabTally(ctx context.Context, base, adminToken string) (grabTally, error) {
 	families, err := readMetrics(ctx, base, adminToken)
 	if err != nil {
 		return grabTally{}, err
 	}
-	t := grabTally{outcomes: map[string]float64{}}
-	if f := families["seckill_grabs_total"]; f != nil {
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" {
-					t.outcomes[l.GetValue()] += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
+	t := grabTally{outcomes: counterBy(families, "seckill_grabs_total", "outcome")}
 	f := families["seckill_http_request_seconds"]
 	if f == nil {
 		return grabTally{}, fmt.Errorf("read /metrics: no seckill_http_request_seconds")
