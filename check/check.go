@@ -277,7 +277,7 @@ func checkOversell(st *dbState, rs *redisState) Result {
 			over = max(over, -rs.remaining)
 			detail += fmt.Sprintf(", redis remaining %d", rs.remaining)
 		} else {
-			detail += ", redis stock key missing"
+			detail += ", redis remaining stock missing"
 		}
 	}
 	return Result{Name: NoOversell, Held: over == 0, Count: over, Detail: detail}
@@ -421,7 +421,7 @@ func checkConservation(st *dbState, rs *redisState) Result {
 	case !rs.stockKnown:
 		r.Held = false
 		r.Count++
-		r.Detail += "; redis: stock key missing"
+		r.Detail += "; redis: remaining stock missing"
 	case len(rs.undrained) > 0:
 		r.Detail += fmt.Sprintf("; redis: not checked until drained (%d pending)", len(rs.undrained))
 	default:

@@ -45,7 +45,7 @@ type state struct {
 	returns [][2]int64
 
 	redisRemaining int64
-	redisMissing   bool    // no stock key in Redis
+	redisMissing   bool    // no remaining stock in Redis
 	acked          []int64 // order ids in the stream, delivered and acknowledged
 	delivered      []int64 // delivered, not acknowledged (in the pending list)
 	undelivered    []int64 // added after the group's last delivered entry
@@ -458,9 +458,9 @@ func seedRedis(t *testing.T, rdb *redis.Client, s state) string {
 	ctx := context.Background()
 	prefix := testenv.Prefix(t)
 	keys := stock.KeysFor(prefix, activityID)
-	t.Cleanup(func() { rdb.Del(context.Background(), keys.Stock, keys.Orders) })
+	t.Cleanup(func() { rdb.Del(context.Background(), keys.Meta, keys.Orders) })
 	if !s.redisMissing {
-		if err := rdb.Set(ctx, keys.Stock, s.redisRemaining, 0).Err(); err != nil {
+		if err := rdb.HSet(ctx, keys.Meta, stock.MetaLeft, s.redisRemaining).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -37,12 +37,12 @@ func readRedis(ctx context.Context, rdb redis.UniversalClient, prefix string, id
 	rs := &redisState{undrained: map[int64]bool{}, stockKnown: true, groupExists: true}
 	for b := range buckets {
 		keys := stock.BucketKeys(prefix, id, buckets, b)
-		v, err := rdb.Get(ctx, keys.Stock).Int64()
+		v, err := rdb.HGet(ctx, keys.Meta, stock.MetaLeft).Int64()
 		switch {
 		case errors.Is(err, redis.Nil):
 			rs.stockKnown = false
 		case err != nil:
-			return nil, fmt.Errorf("check: read %s: %w", keys.Stock, err)
+			return nil, fmt.Errorf("check: read %s %s: %w", keys.Meta, stock.MetaLeft, err)
 		default:
 			rs.remaining += v
 		}

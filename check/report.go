@@ -24,7 +24,7 @@ type Report struct {
 	// ReturnsPending counts returned units whose Redis half is not
 	// recorded as done yet.
 	ReturnsPending int64 `json:"returns_pending"`
-	// RedisRemaining is nil without Redis or when its stock key is missing.
+	// RedisRemaining is nil without Redis or when it holds no remaining stock of the activity.
 	RedisRemaining *int64 `json:"redis_remaining,omitempty"`
 	// Pending counts accepted grabs whose stream entry is not yet
 	// acknowledged; nil without Redis.

@@ -50,7 +50,7 @@ func TestCheckerControls(t *testing.T) {
 		restore func()
 	}{
 		{"redis stock below zero", check.NoOversell, answers,
-			func() { rdb.Set(ctx, keys.Stock, -1, 0) }, func() { rdb.Set(ctx, keys.Stock, 0, 0) }},
+			func() { rdb.HSet(ctx, keys.Meta, stock.MetaLeft, -1) }, func() { rdb.HSet(ctx, keys.Meta, stock.MetaLeft, 0) }},
 		{"an answered order vanished from the database", check.NoLostOrder, answers,
 			func() { exec(`DELETE FROM orders WHERE id = $1`, oid) },
 			func() {
@@ -71,7 +71,7 @@ func TestCheckerControls(t *testing.T) {
 				exec(`ALTER TABLE orders ADD CONSTRAINT orders_activity_holder_key UNIQUE (activity_id, holder_user_id)`)
 			}},
 		{"redis remaining plus confirmed above the stock", check.Conservation, answers,
-			func() { rdb.Set(ctx, keys.Stock, 1, 0) }, func() { rdb.Set(ctx, keys.Stock, 0, 0) }},
+			func() { rdb.HSet(ctx, keys.Meta, stock.MetaLeft, 1) }, func() { rdb.HSet(ctx, keys.Meta, stock.MetaLeft, 0) }},
 		{"an order not yet written", check.Drained, answers,
 			func() {
 				extra = rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys.Orders, Values: map[string]any{"o": "3", "u": "999998"}}).Val()
@@ -99,9 +99,9 @@ func TestCheckerControls(t *testing.T) {
 
 	// The sampler must see a negative remaining while the sale runs.
 	s := e.chk.Sample(e.activity, 5*time.Millisecond)
-	rdb.Set(ctx, keys.Stock, -3, 0)
+	rdb.HSet(ctx, keys.Meta, stock.MetaLeft, -3)
 	cluster.Wait(ctx, 5*time.Second, func() bool { return !s.Result().Held })
-	rdb.Set(ctx, keys.Stock, 0, 0)
+	rdb.HSet(ctx, keys.Meta, stock.MetaLeft, 0)
 	s.Stop()
 	if r := s.Result(); r.Held {
 		t.Errorf("control: the sampler missed a negative remaining: %s", r.Detail)

@@ -145,7 +145,7 @@ func (a *fuzzAPI) deleteKeys() {
 		var id int64
 		if rows.Scan(&id) == nil {
 			k := stock.KeysFor(a.prefix, id)
-			a.rdb.Del(ctx, k.Meta, k.Stock, k.Buyers, k.Orders)
+			a.rdb.Del(ctx, k.Meta, k.Buyers, k.Orders)
 			q := a.prefix + ":{q" + strconv.FormatInt(id, 10) + "}:"
 			a.rdb.Del(ctx, q+"tickets", q+"draw", q+"arrivals", q+"state")
 		}
@@ -186,7 +186,6 @@ func (a *fuzzAPI) snapshot(t testing.TB, named int64) string {
 		k := stock.KeysFor(a.prefix, id)
 		reads = append(reads,
 			read{k.Meta, []redis.Cmder{pipe.HGetAll(ctx, k.Meta)}},
-			read{k.Stock, []redis.Cmder{pipe.Get(ctx, k.Stock)}},
 			read{k.Buyers, []redis.Cmder{pipe.HLen(ctx, k.Buyers)}},
 			read{k.Orders, []redis.Cmder{pipe.XLen(ctx, k.Orders), pipe.XInfoGroups(ctx, k.Orders)}})
 	}

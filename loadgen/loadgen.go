@@ -46,6 +46,10 @@ type Config struct {
 	// FirstUserID is the id of the first user; users are FirstUserID,
 	// FirstUserID+1, ... Default 1.
 	FirstUserID int64
+	// UserIDs, if set, are the crowd's users instead (Users is then their
+	// number, and FirstUserID unused): a crowd homed in a few of a sale's
+	// buckets, say (see stock.Home). Distinct and positive.
+	UserIDs []int64
 	// Requests bounds the number of grabs sent. Default, when Duration is
 	// also zero: enough for every user to click once plus the repeated
 	// clicks (Users / (1 - RepeatShare)). Zero with a Duration: no count
@@ -127,6 +131,19 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ActivityID <= 0 {
 		return c, errors.New("loadgen: ActivityID must be positive")
 	}
+	if c.UserIDs != nil {
+		if c.Users != 0 && c.Users != len(c.UserIDs) {
+			return c, errors.New("loadgen: Users and len(UserIDs) differ")
+		}
+		c.Users = len(c.UserIDs)
+		seen := make(map[int64]bool, len(c.UserIDs))
+		for _, id := range c.UserIDs {
+			if id <= 0 || seen[id] {
+				return c, fmt.Errorf("loadgen: UserIDs: %d is not positive or not distinct", id)
+			}
+			seen[id] = true
+		}
+	}
 	if c.Users == 0 {
 		c.Users = defaultUsers
 	}
@@ -201,6 +218,14 @@ type run struct {
 	firstAcc  atomic.Int64      // offset of the first accepted grab + 1; 0 = none yet
 	firstSold atomic.Int64      // offset of the first sold_out answer + 1
 	lastAcc   atomic.Int64      // offset of the last accepted grab + 1
+	// lastAccSent is the offset at which the last-sent accepted grab was
+	// sent, + 1; soldAt counts the sold_out answers by the slot (of
+	// soldSlot) of their arrival. Together they tell how many sold_out
+	// answers came before a grab that was still sold a unit (see
+	// Report.SoldOutEarly).
+	lastAccSent atomic.Int64
+	soldAt      []atomic.Int32
+	soldSlot    time.Duration
 
 	users []userState
 
@@ -239,6 +264,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
 	r := &run{cfg: cfg, users: make([]userState, cfg.Users)}
+	// 100 µs a slot, or coarser for runs over about 100 s: at most a
+	// million slots (4 MB).
+	r.soldSlot = max(100*time.Microsecond, (cfg.Duration+cfg.Timeout+time.Second)/(1<<20))
+	r.soldAt = make([]atomic.Int32, (cfg.Duration+cfg.Timeout+time.Second)/r.soldSlot+2)
 	var tr *http.Transport
 	if cfg.NetHTTP || base.Scheme == "https" {
 		tr = newTransport(cfg.Concurrency, cfg.Timeout)
@@ -447,7 +476,7 @@ func (w *worker) pickUser(i int64) int {
 // counts what it is told.
 func (w *worker) grab(k int, pass string) outcome {
 	r := w.r
-	uid := r.cfg.FirstUserID + int64(k)
+	uid := r.cfg.userID(k)
 	u := &r.users[k]
 	u.clicks.Add(1)
 
@@ -483,17 +512,27 @@ func (w *worker) grab(k int, pass string) outcome {
 	case outAccepted:
 		casFirst(&r.firstAcc, int64(end)+1)
 		storeMax(&r.lastAcc, int64(end)+1)
+		storeMax(&r.lastAccSent, int64(t0.Sub(r.start))+1)
 		w.remember(u, uid, order)
 	case outAlready:
 		w.remember(u, uid, order)
 	case outSoldOut:
 		casFirst(&r.firstSold, int64(end)+1)
+		r.soldAt[min(int(end/r.soldSlot), len(r.soldAt)-1)].Add(1)
 	}
 	if !out.definite() {
 		u.uncertain.Store(1)
 	}
 	r.done.Add(1)
 	return out
+}
+
+// userID returns the id of user k of the crowd.
+func (c *Config) userID(k int) int64 {
+	if c.UserIDs != nil {
+		return c.UserIDs[k]
+	}
+	return c.FirstUserID + int64(k)
 }
 
 func casFirst(v *atomic.Int64, t int64) {

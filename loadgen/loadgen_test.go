@@ -552,3 +552,62 @@ func TestServeAndMeasureBaseline(t *testing.T) {
 		t.Fatal("ServeBaseline did not stop")
 	}
 }
+
+// TestSoldOutEarly: a sale that tells the odd users "sold out" while it
+// still sells to the even ones, as a sale of buckets without borrowing
+// would; the generator counts those answers, and none of the honest ones
+// after the sell-out (each held 3 ms, so that none arrives close to the
+// last sale's send). The crowd is given as UserIDs.
+func TestSoldOutEarly(t *testing.T) {
+	var mu sync.Mutex
+	remaining, next := 50, int64(1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost { // the warm-up
+			return
+		}
+		uid, _ := strconv.ParseInt(r.Header.Get("X-User-ID"), 10, 64)
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case remaining > 0 && uid%2 == 0:
+			remaining--
+			next++
+			w.WriteHeader(202)
+			fmt.Fprintf(w, `{"order_id":"%d","status":"pending"}`, next)
+		default:
+			if remaining == 0 {
+				time.Sleep(3 * time.Millisecond)
+			}
+			w.WriteHeader(409)
+			fmt.Fprint(w, `{"error":{"code":"sold_out","message":"sold out"}}`)
+		}
+	}))
+	defer srv.Close()
+	ids := make([]int64, 200)
+	for i := range ids {
+		ids[i] = int64(1001 + i) // 1001, 1002, ...: odd, even, ...
+	}
+	rep, err := loadgen.Run(context.Background(), loadgen.Config{URL: srv.URL, ActivityID: 1, UserIDs: ids, Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Counts.Accepted != 50 || rep.Counts.SoldOut != 150 {
+		t.Fatalf("counts %+v, want 50 accepted and 150 sold out", rep.Counts)
+	}
+	// Users 1001, 1003, ..., 1099 were told sold out before 1100 bought.
+	if rep.SoldOutEarly != 50 {
+		t.Errorf("SoldOutEarly %d, want 50", rep.SoldOutEarly)
+	}
+	byUser := rep.OrdersByUser()
+	if len(byUser) != 50 || len(byUser[1002]) != 1 || len(byUser[1100]) != 1 || byUser[1101] != nil {
+		t.Errorf("orders by user %v: want the even users 1002..1100", byUser)
+	}
+	var b strings.Builder
+	if err := rep.WriteTable(&b); err != nil || !strings.Contains(b.String(), "50 of 150 sold-out answers came before") {
+		t.Errorf("table does not tell the early sold-out answers: %v\n%s", err, b.String())
+	}
+	if _, err := loadgen.Run(context.Background(), loadgen.Config{URL: srv.URL, ActivityID: 1, UserIDs: []int64{3, 3}}); err == nil {
+		t.Error("UserIDs with a repeated id: no error")
+	}
+}

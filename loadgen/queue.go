@@ -245,7 +245,7 @@ const retryLater = time.Second
 func (q *queueRun) step(w *worker, k int) {
 	r := q.r
 	u := &q.users[k]
-	uid := r.cfg.FirstUserID + int64(k)
+	uid := r.cfg.userID(k)
 	if !u.joined {
 		q.join(w, k, u, uid)
 		return

@@ -43,6 +43,12 @@ type Report struct {
 	LastAccepted  time.Duration `json:"last_accepted_ns"`
 	FirstSoldOut  time.Duration `json:"first_sold_out_ns"`
 	SellOut       time.Duration `json:"sell_out_ns"`
+	// SoldOutEarly counts the sold_out answers that arrived before a grab
+	// was sent that was then answered 202: "sold out" said while the sale
+	// still had a unit to sell (unless a unit came back in between, from a
+	// cancelled, expired or failed order). Answers that arrived close to
+	// that send (within 100 µs in a run of up to 100 s) count too.
+	SoldOutEarly int64 `json:"sold_out_early"`
 
 	// UsersClicked is the number of distinct users who sent a grab;
 	// UsersWithOrder those answered 200/202; UsersConflicting those told
@@ -63,7 +69,7 @@ type Report struct {
 	// send.
 	Queue *QueueReport `json:"queue,omitempty"`
 
-	firstUser int64
+	cfg       *Config // for userID
 	users     []userState
 	conflicts []answer
 }
@@ -118,7 +124,7 @@ func (r *run) report(elapsed time.Duration, workers []*worker) *Report {
 		Elapsed:     elapsed,
 		Status:      map[int]int64{},
 		Latency:     latencyOf(h),
-		firstUser:   cfg.FirstUserID,
+		cfg:         &cfg,
 		users:       r.users,
 	}
 	if elapsed > 0 {
@@ -139,6 +145,12 @@ func (r *run) report(elapsed time.Duration, workers []*worker) *Report {
 	if v := r.firstAcc.Load(); v > 0 {
 		rep.FirstAccepted = time.Duration(v - 1)
 		rep.LastAccepted = time.Duration(r.lastAcc.Load() - 1)
+	}
+	if v := r.lastAccSent.Load(); v > 0 {
+		last := min(int(time.Duration(v-1)/r.soldSlot), len(r.soldAt)-1)
+		for i := 0; i <= last; i++ {
+			rep.SoldOutEarly += int64(r.soldAt[i].Load())
+		}
 	}
 	if v := r.firstSold.Load(); v > 0 {
 		rep.FirstSoldOut = time.Duration(v - 1)
@@ -178,7 +190,7 @@ func (r *Report) OrdersByUser() map[int64][]int64 {
 	m := make(map[int64][]int64, r.UsersWithOrder)
 	for i := range r.users {
 		if o := r.users[i].order.Load(); o != 0 {
-			m[r.firstUser+int64(i)] = []int64{o}
+			m[r.cfg.userID(i)] = []int64{o}
 		}
 	}
 	for _, a := range r.conflicts {
@@ -196,9 +208,10 @@ func (r *Report) UncertainUsers() []int64 {
 	var out []int64
 	for i := range r.users {
 		if r.users[i].uncertain.Load() != 0 {
-			out = append(out, r.firstUser+int64(i))
+			out = append(out, r.cfg.userID(i))
 		}
 	}
+	slices.Sort(out) // UserIDs need not ascend
 	return out
 }
 
@@ -238,6 +251,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.FirstSoldOut > 0 || c.SoldOut > 0 {
 		row("first sold out", "+"+d(r.FirstSoldOut))
 		row("sell-out time", d(r.SellOut))
+		row("sold out too early", fmt.Sprintf("%d of %d sold-out answers came before a grab that was still sold a unit (%.3f%%)",
+			r.SoldOutEarly, c.SoldOut, 100*float64(r.SoldOutEarly)/float64(max(c.SoldOut, 1))))
 	}
 	row("users", fmt.Sprintf("%d clicked, %d with an order, %d told two order ids, %d uncertain",
 		r.UsersClicked, r.UsersWithOrder, r.UsersConflicting, r.UsersUncertain))

@@ -93,7 +93,7 @@ func TestResyncAfterFailure(t *testing.T) {
 	if err := rdb.HDel(ctx, k.Buyers, "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.IncrBy(ctx, k.Stock, 1).Err(); err != nil {
+	if err := rdb.HIncrBy(ctx, k.Meta, stock.MetaLeft, 1).Err(); err != nil {
 		t.Fatal(err)
 	}
 	srv.Kill()
@@ -107,7 +107,7 @@ func TestResyncAfterFailure(t *testing.T) {
 		got, err := rdb.HGet(ctx, k.Buyers, "1").Result()
 		return err == nil && got == mark
 	})
-	if left, err := rdb.Get(ctx, k.Stock).Int64(); err != nil || left != 9 {
+	if left, err := rdb.HGet(ctx, k.Meta, stock.MetaLeft).Int64(); err != nil || left != 9 {
 		t.Errorf("stock in redis after the resync: %d (%v), want 9", left, err)
 	}
 	if n := value(metrics.Resynced); n != 1 {

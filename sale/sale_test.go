@@ -419,7 +419,7 @@ func TestIDsContinueAfterRedisLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := a.engine.Keys(act)[0]
-	if err := a.engine.Client().Del(ctx, k.Meta, k.Stock, k.Buyers, k.Orders).Err(); err != nil {
+	if err := a.engine.Client().Del(ctx, k.Meta, k.Buyers, k.Orders).Err(); err != nil {
 		t.Fatal(err)
 	}
 	b := s.instance(t, sale.Config{})

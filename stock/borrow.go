@@ -186,7 +186,7 @@ func unavailable(what string, err error) error {
 func (e *Engine) levels(ctx context.Context, s *shards) ([]level, error) {
 	cmds, err := e.runEach(ctx, levelScript, len(s.keys), func(b int) []string {
 		k := s.keys[b]
-		return []string{k.Meta, k.Stock, k.Debt, k.Journal}
+		return []string{k.Meta, k.Debt, k.Journal}
 	})
 	if err != nil {
 		return nil, err
@@ -236,7 +236,7 @@ func (e *Engine) runEach(ctx context.Context, sc *redis.Script, n int, keys func
 func (e *Engine) transfer(ctx context.Context, s *shards, from, to int, k int64) (int64, error) {
 	src := s.keys[from]
 	id := strconv.FormatUint(rand.Uint64(), 36)
-	n, err := e.runAcked(ctx, xferOutScript, []string{src.Meta, src.Stock, src.Journal}, k, id, to)
+	n, err := e.runAcked(ctx, xferOutScript, []string{src.Meta, src.Journal}, k, id, to)
 	if err != nil {
 		// With AckReplicas, the transfer may be in the sender's journal
 		// and not on its replicas: it is left to recoverJournals, which
@@ -263,7 +263,7 @@ func (e *Engine) transfer(ctx context.Context, s *shards, from, to int, k int64)
 // the entry for recoverJournals.
 func (e *Engine) credit(ctx context.Context, s *shards, from, to int, id string, k int64) error {
 	dst := s.keys[to]
-	n, err := xferInScript.Run(ctx, e.rdb, []string{dst.Meta, dst.Stock, dst.Debt, dst.Credits}, id, k).Int()
+	n, err := xferInScript.Run(ctx, e.rdb, []string{dst.Meta, dst.Debt, dst.Credits}, id, k).Int()
 	switch {
 	case err != nil:
 		return err

@@ -75,7 +75,7 @@ func TestJournalRecovered(t *testing.T) {
 	}
 	s := e.layout(&a)
 	src := s.keys[1]
-	if n, err := xferOutScript.Run(ctx, rdb, []string{src.Meta, src.Stock, src.Journal}, 1, "dead", 0).Int(); err != nil || n != 1 {
+	if n, err := xferOutScript.Run(ctx, rdb, []string{src.Meta, src.Journal}, 1, "dead", 0).Int(); err != nil || n != 1 {
 		t.Fatalf("xfer_out: %d %v", n, err)
 	}
 	// Users homed in bucket 0: the first takes its unit, the second the

@@ -21,7 +21,7 @@ type noRetry struct{ *redis.Cmd }
 func (noRetry) NoRetry() bool { return true }
 
 // grabCall builds the arguments of grab.lua calls of one activity: EVALSHA
-// sha 5G keys... channel ack n, then each group's bucket, wake-up message,
+// sha 3G keys... channel ack n, then each group's bucket, wake-up message,
 // count and uids (see the script). A combiner goroutine keeps one, which
 // boxes each bucket's keys and strings once, on first use, not once per
 // call.
@@ -29,7 +29,7 @@ type grabCall struct {
 	s     *shards
 	args  []any
 	head  [3]any   // channel, ack, n
-	keys  [][5]any // by bucket: meta, stock, buyers, orders, awake (nil: not yet)
+	keys  [][3]any // by bucket: meta, buyers, orders (nil: not yet)
 	group [][2]any // by bucket: b, wake-up message
 }
 
@@ -40,18 +40,18 @@ func (e *Engine) newGrabCall(s *shards) *grabCall {
 	}
 	n := len(s.keys)
 	return &grabCall{s: s, args: make([]any, 0, 3+8+e.cfg.MaxBatch),
-		head: [3]any{e.WakeChannel(), ack, strconv.Itoa(n)}, keys: make([][5]any, n), group: make([][2]any, n)}
+		head: [3]any{e.WakeChannel(), ack, strconv.Itoa(n)}, keys: make([][3]any, n), group: make([][2]any, n)}
 }
 
 // build returns the arguments of one call for the groups, each the grabs
 // of one bucket (a group of no grab: the call rewrites the bucket's meta,
 // see barrier). The result is valid until the next build.
 func (g *grabCall) build(groups [][]*grabReq, buckets []int) []any {
-	a := append(g.args[:0], "evalsha", grabScript.Hash(), 5*len(buckets))
+	a := append(g.args[:0], "evalsha", grabScript.Hash(), 3*len(buckets))
 	for _, b := range buckets {
 		if g.keys[b][0] == nil {
 			k := g.s.keys[b]
-			g.keys[b] = [5]any{k.Meta, k.Stock, k.Buyers, k.Orders, k.Awake}
+			g.keys[b] = [3]any{k.Meta, k.Buyers, k.Orders}
 			g.group[b] = [2]any{strconv.Itoa(b), WakeMessage(g.s.id, len(g.s.keys), b)}
 		}
 		a = append(a, g.keys[b][:]...)

@@ -35,7 +35,7 @@ func TestScriptsExactAt2p53(t *testing.T) {
 			ends := starts + int64(time.Hour/time.Millisecond)
 
 			const near = 1<<53 - 10 // 9007199254740982
-			n, err := loadScript.Run(ctx, rdb, []string{k.Meta, k.Stock, k.Orders, k.Returned, k.Returned + ":load:x"},
+			n, err := loadScript.Run(ctx, rdb, []string{k.Meta, k.legacyStock, k.Orders, k.Returned, k.Returned + ":load:x"},
 				starts, ends, 10, 10, Group, strconv.FormatInt(near, 10), 0, 0).Int()
 			if err != nil || n != 1 {
 				t.Fatalf("load: %v %v", n, err)
@@ -48,7 +48,7 @@ func TestScriptsExactAt2p53(t *testing.T) {
 				t.Errorf("epoch %q, want a plain 16-digit decimal (microseconds)", meta["epoch"])
 			}
 
-			reply, err := grabScript.Run(ctx, rdb, []string{k.Meta, k.Stock, k.Buyers, k.Orders, k.Awake},
+			reply, err := grabScript.Run(ctx, rdb, []string{k.Meta, k.Buyers, k.Orders},
 				"wake", "0", "1", "0", "1", "3", "101", "102", "103").Slice()
 			if err != nil {
 				t.Fatal(err)
@@ -77,7 +77,7 @@ func TestScriptsExactAt2p53(t *testing.T) {
 			}
 
 			// compensate.lua moves the counter past the order it is told of.
-			if _, err := compensateScript.Run(ctx, rdb, []string{k.Stock, k.Buyers, k.Debt, k.Meta},
+			if _, err := compensateScript.Run(ctx, rdb, []string{k.Meta, k.Buyers, k.Debt},
 				"999", "9007199254740990", "", "events", "1").Result(); err != nil {
 				t.Fatal(err)
 			}
@@ -85,5 +85,55 @@ func TestScriptsExactAt2p53(t *testing.T) {
 				t.Errorf("seq after compensate: %q, want 9007199254740990", got)
 			}
 		})
+	}
+}
+
+// TestLegacyStockMoves: a sale that Redis held across the upgrade to the
+// stock in meta (meta without left, the stock in its own string) is
+// answered "not loaded" by grab.lua; load.lua then moves its stock into
+// meta, and grabs sell it; retire.lua deletes the old string too.
+func TestLegacyStockMoves(t *testing.T) {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer rdb.Close()
+	k := KeysFor(testenv.Prefix(t), 1)
+	starts := time.Now().Add(-time.Minute).UnixMilli()
+	ends := starts + int64(time.Hour/time.Millisecond)
+	if err := rdb.HSet(ctx, k.Meta, "starts_ms", starts, "ends_ms", ends, "stock", 10, "seq", 0, "epoch", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.Set(ctx, k.legacyStock, 2, 0)
+	grab := func(uid string) []any {
+		t.Helper()
+		reply, err := grabScript.Run(ctx, rdb, []string{k.Meta, k.Buyers, k.Orders}, "wake", "0", "1", "0", "1", "1", uid).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reply
+	}
+	if r := grab("101"); r[0] != int64(1) {
+		t.Fatalf("grab on the old layout: %v, want status 1 (not loaded)", r)
+	}
+	n, err := loadScript.Run(ctx, rdb, []string{k.Meta, k.legacyStock, k.Orders, k.Returned, k.Returned + ":load:x"},
+		starts, ends, 10, 10, Group, "0", 0, 0).Int()
+	if err != nil || n != 0 {
+		t.Fatalf("load: %v %v, want 0 (loaded already)", n, err)
+	}
+	if left := rdb.HGet(ctx, k.Meta, MetaLeft).Val(); left != "2" || rdb.Exists(ctx, k.legacyStock).Val() != 0 {
+		t.Fatalf("after the load: left %q, old key present %d; want 2 and gone", left, rdb.Exists(ctx, k.legacyStock).Val())
+	}
+	for i, want := range []int64{0, 0, 2} { // two sold, then sold out
+		if r := grab(strconv.Itoa(201 + i)); r[0] != int64(0) || r[2] != want {
+			t.Fatalf("grab %d: %v, want code %d", i, r, want)
+		}
+	}
+	rdb.Set(ctx, k.legacyStock, 0, 0) // as if a release had left it
+	if err := rdb.XGroupDestroy(ctx, k.Orders, Group).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n, err = retireScript.Run(ctx, rdb, []string{k.Meta, k.Buyers, k.Orders, k.Debt, k.Returned, k.Journal, k.Credits, k.legacyStock},
+		Group, ends-int64(2*time.Hour/time.Millisecond), 0).Int()
+	if err != nil || n != 1 || rdb.Exists(ctx, k.Meta, k.legacyStock).Val() != 0 {
+		t.Fatalf("retire: %v %v, %d keys left", n, err, rdb.Exists(ctx, k.Meta, k.legacyStock).Val())
 	}
 }

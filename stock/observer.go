@@ -3,6 +3,8 @@ package stock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -14,7 +16,7 @@ import (
 // Observation is what Redis held of one activity when it was last read.
 type Observation struct {
 	At        time.Time
-	Loaded    bool  // the stock key exists (every bucket's)
+	Loaded    bool  // the remaining stock exists (every bucket's meta holds it)
 	Remaining int64 // stock left in Redis, if Loaded (in every bucket)
 	// Buckets is the stock left in each bucket of an activity of several,
 	// if Loaded (see seckill.Activity.Buckets); nil with one.
@@ -119,12 +121,10 @@ func (o *Observer) forget(now time.Time) {
 func (o *Observer) read(ctx context.Context, as []seckill.Activity) (map[int64]Observation, error) {
 	at := time.Now()
 	pipe := o.engine.rdb.Pipeline()
-	stocks := make([][]*redis.StringCmd, len(as))
-	seqs := make([][]*redis.StringCmd, len(as))
+	metas := make([][]*redis.SliceCmd, len(as)) // left and seq of each bucket
 	for i := range as {
 		for _, k := range o.engine.layout(&as[i]).keys {
-			stocks[i] = append(stocks[i], pipe.Get(ctx, k.Stock))
-			seqs[i] = append(seqs[i], pipe.HGet(ctx, k.Meta, "seq"))
+			metas[i] = append(metas[i], pipe.HMGet(ctx, k.Meta, MetaLeft, "seq"))
 		}
 	}
 	_, _ = pipe.Exec(ctx)
@@ -134,25 +134,33 @@ func (o *Observer) read(ctx context.Context, as []seckill.Activity) (map[int64]O
 next:
 	for i, a := range as {
 		obs := Observation{At: at, Loaded: true}
-		if len(stocks[i]) > 1 {
-			obs.Buckets = make([]int64, len(stocks[i]))
+		if len(metas[i]) > 1 {
+			obs.Buckets = make([]int64, len(metas[i]))
 		}
-		for b, c := range stocks[i] {
-			n, err := c.Int64()
-			switch {
-			case err == nil:
-				obs.Remaining += n
-				if obs.Buckets != nil {
-					obs.Buckets[b] = n
-				}
-			case errors.Is(err, redis.Nil):
-				obs.Loaded = false
-			default:
+		for b, c := range metas[i] {
+			v, err := c.Result()
+			if err != nil {
 				errs = append(errs, err)
 				continue next
 			}
-			if seq, err := seqs[i][b].Int64(); err == nil && seq > 0 {
-				obs.Seq = max(obs.Seq, seq)
+			left, ok := v[0].(string)
+			if !ok {
+				obs.Loaded = false
+				continue
+			}
+			n, err := strconv.ParseInt(left, 10, 64)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("stock: remaining stock %q: %w", left, err))
+				continue next
+			}
+			obs.Remaining += n
+			if obs.Buckets != nil {
+				obs.Buckets[b] = n
+			}
+			if seq, _ := v[1].(string); seq != "" {
+				if n, err := strconv.ParseInt(seq, 10, 64); err == nil && n > 0 {
+					obs.Seq = max(obs.Seq, n)
+				}
 			}
 		}
 		if !obs.Loaded {

@@ -32,7 +32,7 @@ func (e *Engine) Retire(ctx context.Context, a seckill.Activity, retain time.Dur
 	}
 	gone := true
 	for _, k := range e.layout(&a).keys {
-		n, err := retireScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Buyers, k.Orders, k.Debt, k.Awake, k.Returned, k.Journal, k.Credits},
+		n, err := retireScript.Run(ctx, e.rdb, []string{k.Meta, k.Buyers, k.Orders, k.Debt, k.Returned, k.Journal, k.Credits, k.legacyStock},
 			Group, a.EndsAt.UnixMilli(), retain.Milliseconds()).Int()
 		if err != nil {
 			return false, fmt.Errorf("stock: retire activity %d: %w", a.ID, err)

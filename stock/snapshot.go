@@ -202,24 +202,17 @@ func (e *Engine) soldOutEpoch(ctx context.Context, s *shards) (string, error) {
 		}
 		return strings.Join(epochs, ","), nil
 	}
-	k := s.keys[0]
-	var meta *redis.SliceCmd
-	var remaining *redis.StringCmd
-	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		meta = p.HMGet(ctx, k.Meta, "starts_ms", "epoch")
-		remaining = p.Get(ctx, k.Stock)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return "", err
-	}
-	v := meta.Val()
-	n, err := remaining.Int64()
-	if len(v) != 2 || v[0] == nil || errors.Is(err, redis.Nil) {
-		return "", ErrNotLoaded
-	}
+	v, err := e.rdb.HMGet(ctx, s.keys[0].Meta, "starts_ms", "epoch", MetaLeft).Result()
 	if err != nil {
 		return "", err
+	}
+	if len(v) != 3 || v[0] == nil || v[2] == nil {
+		return "", ErrNotLoaded
+	}
+	left, _ := v[2].(string)
+	n, err := strconv.ParseInt(left, 10, 64)
+	if err != nil {
+		return "", fmt.Errorf("stock: remaining stock %q: %w", left, err)
 	}
 	if n > 0 {
 		return "", ErrNotSoldOut

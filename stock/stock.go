@@ -188,7 +188,7 @@ func (e *Engine) EventsChannel() string { return e.cfg.Prefix + ":events" }
 
 // WakeChannel is the pub/sub channel on which grab.lua wakes the workers
 // (message: the activity id) when an order arrives on a stream that no
-// worker is known to be reading (see Keys.Awake).
+// worker is known to be reading (see MetaAwake).
 func (e *Engine) WakeChannel() string { return e.cfg.Prefix + ":wake" }
 
 // Close stops the combiners; grabs still queued in them fail.
@@ -649,7 +649,7 @@ func (e *Engine) loadBucket(ctx context.Context, a *seckill.Activity, k Keys, bu
 	if err != nil {
 		return false, err
 	}
-	n, err := loadScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Orders, k.Returned, staged},
+	n, err := loadScript.Run(ctx, e.rdb, []string{k.Meta, k.legacyStock, k.Orders, k.Returned, staged},
 		a.StartsAt.UnixMilli(), a.EndsAt.UnixMilli(), a.Stock, sh.units, Group, strconv.FormatInt(last, 10), sh.in, sh.out).Int()
 	if err != nil {
 		return false, fmt.Errorf("stock: load activity %d: %w", a.ID, err)
@@ -735,7 +735,7 @@ func (e *Engine) Return(ctx context.Context, r seckill.Return) (ReturnResult, er
 	if r.Rebuy {
 		rebuy = "1"
 	}
-	res, err := returnScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Buyers, k.Debt, k.Returned},
+	res, err := returnScript.Run(ctx, e.rdb, []string{k.Meta, k.Buyers, k.Debt, k.Returned},
 		r.UserID, member, mark, rebuy, e.EventsChannel(), r.ActivityID).Int()
 	if err != nil {
 		return 0, fmt.Errorf("stock: return order %d: %w", r.OrderID, err)
@@ -786,7 +786,7 @@ func (e *Engine) Remaining(ctx context.Context, a seckill.Activity) (int64, erro
 // RemainingByBucket returns the stock left in each bucket of the activity,
 // in one pipelined round; ErrNotLoaded if Redis does not hold a bucket.
 func (e *Engine) RemainingByBucket(ctx context.Context, a seckill.Activity) ([]int64, error) {
-	return perBucket(ctx, e, e.layout(&a), func(p redis.Pipeliner, k Keys) *redis.StringCmd { return p.Get(ctx, k.Stock) },
+	return perBucket(ctx, e, e.layout(&a), func(p redis.Pipeliner, k Keys) *redis.StringCmd { return p.HGet(ctx, k.Meta, MetaLeft) },
 		func(c *redis.StringCmd) (int64, error) {
 			n, err := c.Int64()
 			if errors.Is(err, redis.Nil) {
@@ -929,7 +929,7 @@ func (e *Engine) Compensate(ctx context.Context, a seckill.Activity, uid, oid, k
 			return false, nil
 		}
 	}
-	n, err := compensateScript.Run(ctx, e.rdb, []string{k.Stock, k.Buyers, k.Debt, k.Meta},
+	n, err := compensateScript.Run(ctx, e.rdb, []string{k.Meta, k.Buyers, k.Debt},
 		uid, local, keep, e.EventsChannel(), activityID).Int()
 	if err != nil {
 		return false, fmt.Errorf("stock: compensate order %d: %w", oid, err)
@@ -959,7 +959,7 @@ func (e *Engine) Reconcile(ctx context.Context, a seckill.Activity, buyers []sec
 	for b, args := range homes {
 		k := s.keys[b]
 		for part := range slices.Chunk(args, chunk) {
-			n, err := reconcileScript.Run(ctx, e.rdb, []string{k.Meta, k.Stock, k.Buyers, k.Debt, k.Returned}, part...).Int64()
+			n, err := reconcileScript.Run(ctx, e.rdb, []string{k.Meta, k.Buyers, k.Debt, k.Returned}, part...).Int64()
 			if err != nil {
 				return total, fmt.Errorf("stock: reconcile activity %d: %w", activityID, err)
 			}

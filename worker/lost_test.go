@@ -62,7 +62,7 @@ func TestCommittedThenLost(t *testing.T) {
 
 	// The node's state before the lost grab, restored right after the
 	// worker committed it: what the promoted replica holds.
-	keys := []string{k.Meta, k.Stock, k.Buyers, k.Orders, k.Debt, k.Returned}
+	keys := []string{k.Meta, k.Buyers, k.Orders, k.Debt, k.Returned}
 	var snapshot []string
 	var lost atomic.Bool
 	w := s.worker(Config{Consumer: "w", Poll: time.Hour, ClaimIdle: time.Hour, Discover: 50 * time.Millisecond})
@@ -114,7 +114,7 @@ func TestCommittedThenLost(t *testing.T) {
 	local := seckill.OrderLocal(second)
 	testenv.WaitFor(t, "redis taught the committed order again", func() bool {
 		mark, err := rdb.HGet(ctx, k.Buyers, "2").Result()
-		left, err2 := rdb.Get(ctx, k.Stock).Int64()
+		left, err2 := rdb.HGet(ctx, k.Meta, stock.MetaLeft).Int64()
 		return err == nil && err2 == nil && mark == strconv.FormatInt(local, 10) && left == 8
 	})
 	if h.failed.Load() == 0 {

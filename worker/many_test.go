@@ -209,11 +209,11 @@ func TestManyActivities(t *testing.T) {
 }
 
 // cooling follows, from the worker's commands, which streams went cold: an
-// activity's awake flag deleted (DEL), then its stream read again, the
+// activity's awake flag deleted (HDEL of its meta's field), then its stream read again, the
 // read answered (see Worker.Run).
 type cooling struct {
 	mu      sync.Mutex
-	flagOf  map[string]int64 // awake key -> activity
+	flagOf  map[string]int64 // meta key (which holds the awake flag) -> activity
 	orderOf map[string]int64 // stream key -> activity
 	deleted map[int64]bool   // flag deleted, no read answered since
 	cold    map[int64]bool
@@ -224,7 +224,7 @@ func (s *sales) watchCooling() *cooling {
 	c := &cooling{flagOf: map[string]int64{}, orderOf: map[string]int64{}, deleted: map[int64]bool{}, cold: map[int64]bool{}}
 	for _, a := range s.acts {
 		k := s.wEngine.Keys(a)[0]
-		c.flagOf[k.Awake], c.orderOf[k.Orders] = a.ID, a.ID
+		c.flagOf[k.Meta], c.orderOf[k.Orders] = a.ID, a.ID
 	}
 	s.wClient.AddHook(c)
 	return c
@@ -269,11 +269,9 @@ func (c *cooling) saw(cmds []redis.Cmder) {
 			continue
 		}
 		switch strings.ToLower(cmd.Name()) {
-		case "del":
-			for _, k := range args[1:] {
-				if id, ok := c.flagOf[fmt.Sprint(k)]; ok {
-					c.deleted[id], c.cold[id] = true, false
-				}
+		case "hdel":
+			if id, ok := c.flagOf[fmt.Sprint(args[1])]; ok && fmt.Sprint(args[2]) == stock.MetaAwake {
+				c.deleted[id], c.cold[id] = true, false
 			}
 		case "xreadgroup":
 			for _, k := range args {
@@ -293,7 +291,7 @@ func TestLostWakeup(t *testing.T) {
 	start(t, w)
 	a := s.acts[1]
 	time.Sleep(200 * time.Millisecond) // let the worker go cold
-	if err := s.api.Client().Set(context.Background(), s.api.Keys(a)[0].Awake, "1", 0).Err(); err != nil {
+	if err := s.api.Client().HSet(context.Background(), s.api.Keys(a)[0].Meta, stock.MetaAwake, "1").Err(); err != nil {
 		t.Fatal(err)
 	}
 	r, err := s.api.Grab(context.Background(), a, 7)
@@ -441,7 +439,7 @@ func (s *sales) keys(t *testing.T) int {
 
 // faultHook makes the worker's Redis client fail once, when armed: lose
 // the reply of the first read that delivered entries (the server ran it),
-// or drop the first pipeline of DELs (the server never saw it).
+// or drop the first pipeline of HDELs of awake flags (the server never saw it).
 type faultHook struct {
 	loseRead, dropDel atomic.Bool
 	hit               chan string
@@ -455,7 +453,7 @@ func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) > 0 && cmds[0].Name() == "del" && h.dropDel.CompareAndSwap(true, false) {
+		if len(cmds) > 0 && cmds[0].Name() == "hdel" && h.dropDel.CompareAndSwap(true, false) {
 			for _, c := range cmds {
 				c.SetErr(errInjected)
 			}
@@ -514,7 +512,7 @@ func TestLostReply(t *testing.T) {
 	h.dropDel.Store(true)
 	written("order before the failed flag delete", grab(s.acts[1], 3))
 	flag := <-h.hit
-	i := slices.IndexFunc(s.acts, func(a seckill.Activity) bool { return s.api.Keys(a)[0].Awake == flag })
+	i := slices.IndexFunc(s.acts, func(a seckill.Activity) bool { return s.api.Keys(a)[0].Meta == flag })
 	if i < 0 {
 		t.Fatalf("fault on %q, want an awake flag", flag)
 	}

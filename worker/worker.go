@@ -190,11 +190,11 @@ type streamID struct {
 
 // stream is the worker's state of one order stream.
 type stream struct {
-	a     seckill.Activity
-	id    streamID
-	key   string // the bucket's Keys.Orders
-	awake string // and Keys.Awake
-	log   *slog.Logger
+	a    seckill.Activity
+	id   streamID
+	key  string // the bucket's Keys.Orders
+	meta string // and Keys.Meta, which holds its awake flag (stock.MetaAwake)
+	log  *slog.Logger
 	// start is "0" until this consumer's own pending entries (from an
 	// earlier life under the same name) are read again, then ">".
 	start string
@@ -490,7 +490,7 @@ func (w *Worker) round(ctx context.Context, ss []*stream, gather bool) (map[*str
 			s.start = msgs[len(msgs)-1].ID
 		}
 		for chunk := range slices.Chunk(msgs, r.size) {
-			work = append(work, batch{s: s, msgs: chunk})
+			work = append(work, batch{s: s, msgs: chunk, size: r.size})
 		}
 		if s.backlog && s.hot && s.start == ">" {
 			ahead = append(ahead, s)
@@ -553,8 +553,11 @@ func (w *Worker) read(ctx context.Context, ss []*stream, gather bool) {
 
 // batch is entries of one stream to write.
 type batch struct {
-	s      *stream
-	msgs   []redis.XMessage
+	s    *stream
+	msgs []redis.XMessage
+	// size is the batch size the entries were read with (see readResult);
+	// 0 means Batch.
+	size   int
 	counts map[string]int64 // deliveries, for claimed entries
 	// Set by process: the entries are acknowledged; or a Redis step of
 	// theirs (compensation, acknowledgement) gave up.
@@ -617,23 +620,29 @@ func (w *Worker) redo(failed []batch) {
 	}
 }
 
-// jobs groups the batches into the transactions that write them: a batch
-// of Batch entries or more alone, and smaller ones of several streams
-// together, up to Batch entries a job. A crowd spread over hundreds of
-// sales would otherwise cost a transaction per sale per round (with a
-// commit each, one at a time on SQLite); the database locks a job's
-// activities in one order (see Store.ApplyOrders), so jobs written at once
-// cannot deadlock.
+// jobs groups the batches into the transactions that write them: a full
+// batch alone (of the size it was read with: Batch, or MaxBatch after a
+// linger or with a backlog), and smaller ones of several streams together,
+// up to that size a job. A crowd spread over hundreds of sales, or over
+// the buckets of one, would otherwise cost a transaction per stream per
+// round (with a commit each, one at a time on SQLite): 16 buckets read
+// after a linger are one transaction, as their sale of one bucket is. The
+// database locks a job's activities in one order (see Store.ApplyOrders),
+// so jobs written at once cannot deadlock.
 func (w *Worker) jobs(work []batch) [][]batch {
 	var jobs [][]batch
 	var small []batch
 	n := 0
 	for _, b := range work {
+		size := b.size
+		if size == 0 {
+			size = w.cfg.Batch
+		}
 		switch {
-		case len(b.msgs) >= w.cfg.Batch:
+		case len(b.msgs) >= size:
 			jobs = append(jobs, []batch{b})
 			continue
-		case n+len(b.msgs) > w.cfg.Batch:
+		case n+len(b.msgs) > size:
 			jobs = append(jobs, small)
 			small, n = nil, 0
 		}
@@ -652,7 +661,7 @@ func (w *Worker) jobs(work []batch) [][]batch {
 func (w *Worker) sleepFlags(ctx context.Context, ss []*stream) bool {
 	pipe := w.rdb.Pipeline()
 	for _, s := range ss {
-		pipe.Del(ctx, s.awake)
+		pipe.HDel(ctx, s.meta, stock.MetaAwake)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		if ctx.Err() == nil {
@@ -702,7 +711,7 @@ func (w *Worker) add(streams map[streamID]*stream, a seckill.Activity) {
 			log = log.With("bucket", b)
 		}
 		id := streamID{a.ID, b}
-		streams[id] = &stream{a: a, id: id, key: k.Orders, awake: k.Awake, log: log,
+		streams[id] = &stream{a: a, id: id, key: k.Orders, meta: k.Meta, log: log,
 			start: "0", hot: true, claimFrom: "0-0"}
 	}
 }

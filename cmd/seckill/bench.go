@@ -19,6 +19,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/seckilldev/seckill"
 	"github.com/seckilldev/seckill/auth"
 	"github.com/seckilldev/seckill/check"
@@ -40,6 +42,7 @@ type benchConfig struct {
 	repeat      float64
 	stock       int64
 	buckets     int
+	crowdSkew   float64
 	queue       benchQueue
 	baseline    bool
 	compare     bool
@@ -76,6 +79,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Float64Var(&c.repeat, "repeat", 0.2, "share of requests that are a user clicking again, in [0, 0.95]")
 	fs.Int64Var(&c.stock, "stock", 1000, "units on sale")
 	fs.IntVar(&c.buckets, "buckets", 1, "buckets the sales the bench creates split their stock into in Redis (see buckets in POST /api/v1/activities: one sale over several Redis Cluster masters)")
+	fs.Float64Var(&c.crowdSkew, "crowd-skew", 0, "with --buckets above 2: the share of the crowd's users homed in two of the buckets, in [0, 1) (0: users 1, 2, 3, ..., spread over every bucket); the others are homed in the rest")
 	fs.BoolVar(&c.baseline, "baseline", false, "measure against a trivial handler in a separate process, in two scenarios (every grab succeeds; after the sell-out), and print ratios; with wrk, 2 baseline runs alternate with 2 grab runs per scenario (medians)")
 	fs.StringVar(&c.generator, "generator", generatorAuto, "with --baseline: the load generator, auto (wrk if on PATH, else go), wrk (a C generator, cheap enough not to skew the ratios; apt-get install wrk) or go (built in; shares the CPUs at a cost close to the service's, so its ratios run higher)")
 	fs.BoolVar(&c.compare, "compare", false, "compare grab strategies (database alone, global lock, per-activity lock, per-user lock, no lock, Lua)")
@@ -109,6 +113,12 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("--stock: %d is not between 1 and 100000000", c.stock)
 	case c.buckets < 1 || c.buckets > seckill.MaxBuckets:
 		return usagef("--buckets: %d is not between 1 and %d", c.buckets, seckill.MaxBuckets)
+	case !(c.crowdSkew >= 0 && c.crowdSkew < 1):
+		return usagef("--crowd-skew: %v is not in [0, 1)", c.crowdSkew)
+	case c.crowdSkew > 0 && (c.buckets < 3 || c.activity != 0):
+		return usagef("--crowd-skew homes the crowd in two of the buckets of the sale the bench creates: it needs --buckets 3 or more, and no --activity")
+	case c.crowdSkew > 0 && (c.baseline || c.compare):
+		return usagef("--crowd-skew shapes the crowd of one sale: not with --baseline or --compare")
 	case c.target != "" && c.activity == 0 && c.adminToken == "":
 		return usagef("--target needs --activity or --admin-token")
 	case c.baseline && c.compare:
@@ -182,6 +192,9 @@ type benchResult struct {
 	// Room is what the service said of its waiting room, a second at a
 	// time, in a run with --queue-rate (when its /metrics could be read).
 	Room *roomSeries `json:"room,omitempty"`
+	// ScriptCalls is, on a Redis Cluster, each master's script calls
+	// during the crowd.
+	ScriptCalls []stock.NodeCalls `json:"script_calls_per_master,omitempty"`
 	// Generator is the load generator of the scenarios: wrk or go.
 	Generator string `json:"generator,omitempty"`
 	OK        bool   `json:"ok"`
@@ -233,15 +246,41 @@ func runBench(ctx context.Context, c benchConfig, stdout, stderr io.Writer) erro
 	if c.identity == "jwt" {
 		cfg.Token = jwtBuyers(c.jwtSecret, c.jwtAudience, c.jwtIssuer, c.jwtClaim).token()
 	}
+	if c.crowdSkew > 0 {
+		cfg.UserIDs, cfg.Users = skewedCrowd(c.users, c.buckets, c.crowdSkew, uint64(time.Now().UnixNano())), 0
+	}
 	var stopWatch func() *roomSeries
 	if cfg.Queue != nil && c.adminToken != "" {
 		stopWatch = watchRoom(ctx, c.target, c.adminToken, c.activity, startsAt.Add(-c.queue.early))
+	}
+	// On a Cluster, each master's share of the run's script calls: a sale
+	// of buckets spreads over the masters.
+	var cluster *redis.ClusterClient
+	var callsBefore []stock.NodeCalls
+	if c.redisURL != "" {
+		rdb, err := stock.Dial(ctx, c.redisURL)
+		if err != nil {
+			return fmt.Errorf("--redis: %w", err)
+		}
+		defer rdb.Close()
+		if cluster, _ = rdb.(*redis.ClusterClient); cluster != nil {
+			if callsBefore, err = stock.ScriptCalls(ctx, cluster); err != nil {
+				say("cannot read the masters' script calls: %v", err)
+			}
+		}
 	}
 	rep, err := loadgen.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	res := benchResult{Load: rep, OK: rep.UsersConflicting == 0}
+	if callsBefore != nil {
+		if after, err := stock.ScriptCalls(ctx, cluster); err != nil {
+			say("cannot read the masters' script calls: %v", err)
+		} else {
+			res.ScriptCalls = callsDuring(callsBefore, after)
+		}
+	}
 	if stopWatch != nil {
 		res.Room = stopWatch()
 	}
@@ -268,6 +307,9 @@ func runBench(ctx context.Context, c benchConfig, stdout, stderr io.Writer) erro
 		}
 	} else {
 		_ = rep.WriteTable(stdout)
+		if res.ScriptCalls != nil {
+			writeMasterCalls(stdout, res.ScriptCalls)
+		}
 		if rep.Queue != nil {
 			_ = rep.Queue.WriteTable(stdout)
 			c.queue.writeVerdict(stdout, rep, res.Room)

@@ -378,7 +378,7 @@ func processCPU() time.Duration {
 func deleteKeys(rdb redis.UniversalClient, k stock.Keys) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, key := range []string{k.Orders, k.Buyers, k.Meta, k.Stock, k.Debt, k.Awake, k.Returned} {
+	for _, key := range []string{k.Orders, k.Buyers, k.Meta, k.Debt, k.Returned} {
 		rdb.Del(ctx, key)
 	}
 }

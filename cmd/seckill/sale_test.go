@@ -199,7 +199,7 @@ func TestRebuildAfterRedisLoss(t *testing.T) {
 		t.Errorf("the first buyer after the rebuild: got %d %v, want 200 with order %s", again.status, again.body, oid)
 	}
 	ks := stock.KeysFor(in.prefix, id)
-	if n, err := rdb.Get(context.Background(), ks.Stock).Int64(); n != 1 {
+	if n, err := rdb.HGet(context.Background(), ks.Meta, stock.MetaLeft).Int64(); n != 1 {
 		t.Errorf("rebuilt remaining after one more grab: got %d (%v), want 1", n, err)
 	}
 	answered, _ := in.crowd(id, []int64{3, 4, 5, 6, 7})

@@ -3,20 +3,22 @@
 -- its bucket. On Redis Cluster a call holds one group (one hash tag); on a
 -- single Redis it holds the batch of every bucket (see combiner.go).
 --
--- KEYS, five a group:
--- KEYS[1] meta    hash   starts_ms, ends_ms, stock, seq (the last order's
---                 local id), epoch (see load.lua)
--- KEYS[2] stock   string remaining stock
--- KEYS[3] buyers  hash   <uid> -> <local id of the user's order>
--- KEYS[4] orders  stream one entry per accepted grab: o=<local id> u=<uid>,
+-- KEYS, three a group:
+-- KEYS[1] meta    hash   starts_ms, ends_ms, stock, left (the remaining
+--                 stock), seq (the last order's local id), epoch (see
+--                 load.lua), awake: set while a worker reads the stream.
+--                 When a grab is accepted and awake is absent, this script
+--                 sets it and publishes the group's wake-up message on
+--                 ARGV[1], waking the workers: one message per idle-to-busy
+--                 change, none under load. One HMGET reads and one HSET
+--                 writes what a group needs of it: each command a script
+--                 calls costs about a microsecond beyond its own work, and
+--                 an activity of many buckets pays them for each group.
+-- KEYS[2] buyers  hash   <uid> -> <local id of the user's order>
+-- KEYS[3] orders  stream one entry per accepted grab: o=<local id> u=<uid>,
 --                 under the entry id <starts_ms + (local >> 3)>-<local & 7>:
 --                 its milliseconds are the time of the grab (later when ids
 --                 borrow), and an order's entry is found from its id alone
--- KEYS[5] awake   string set while a worker reads the stream. When a grab is
---                 accepted and it is absent, this script sets it and
---                 publishes the group's wake-up message on ARGV[1], waking
---                 the workers: one message per idle-to-busy change, none
---                 under load.
 -- ARGV[1] the workers' wake-up channel
 -- ARGV[2] "1" if a WAIT follows this call (the engine's AckReplicas), else "0"
 -- ARGV[3] the activity's number of buckets n
@@ -55,8 +57,8 @@ while pos <= #ARGV do
   local b, msg, count = tonumber(ARGV[pos]), ARGV[pos + 1], tonumber(ARGV[pos + 2])
   local first, last = pos + 3, pos + 2 + count
   pos = last + 1
-  local meta = redis.call('HMGET', KEYS[k + 1], 'starts_ms', 'ends_ms', 'seq')
-  local remaining = tonumber(redis.call('GET', KEYS[k + 2]))
+  local meta = redis.call('HMGET', KEYS[k + 1], 'starts_ms', 'ends_ms', 'seq', 'left', 'awake')
+  local remaining = tonumber(meta[4])
   if not meta[1] or not meta[2] or not remaining then
     out[#out + 1] = 1
     out[#out + 1] = 0
@@ -81,15 +83,15 @@ while pos <= #ARGV do
       id = id + (b - id) % n
       local idStr = string.format('%d', id)
       -- While stock lasts, one HSETNX both checks and records the buyer.
-      if remaining - taken > 0 and redis.call('HSETNX', KEYS[k + 3], uid, idStr) == 1 then
+      if remaining - taken > 0 and redis.call('HSETNX', KEYS[k + 2], uid, idStr) == 1 then
         taken = taken + 1
         seq = id
         local entry = string.format('%d-%d', starts + math.floor(id / 8), id % 8)
-        redis.call('XADD', KEYS[k + 4], entry, 'o', idStr, 'u', uid)
+        redis.call('XADD', KEYS[k + 3], entry, 'o', idStr, 'u', uid)
         out[#out + 1] = 0
         out[#out + 1] = idStr
       else
-        local existing = redis.call('HGET', KEYS[k + 3], uid)
+        local existing = redis.call('HGET', KEYS[k + 2], uid)
         if existing then
           held = true
           out[#out + 1] = 1
@@ -101,9 +103,12 @@ while pos <= #ARGV do
       end
     end
     if taken > 0 then
-      redis.call('HSET', KEYS[k + 1], 'seq', string.format('%d', seq))
-      remaining = redis.call('DECRBY', KEYS[k + 2], taken)
-      if redis.call('SET', KEYS[k + 5], '1', 'NX') then
+      remaining = remaining - taken
+      local seqStr, leftStr = string.format('%d', seq), string.format('%d', remaining)
+      if meta[5] then
+        redis.call('HSET', KEYS[k + 1], 'seq', seqStr, 'left', leftStr)
+      else
+        redis.call('HSET', KEYS[k + 1], 'seq', seqStr, 'left', leftStr, 'awake', '1')
         redis.call('PUBLISH', ARGV[1], msg)
       end
     elseif held and ARGV[2] == '1' then
@@ -111,6 +116,6 @@ while pos <= #ARGV do
     end
     out[at] = remaining
   end
-  k = k + 5
+  k = k + 3
 end
 return out

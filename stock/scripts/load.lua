@@ -3,8 +3,11 @@
 -- step, so a half-loaded activity is never visible: without meta, grab.lua
 -- answers "not loaded".
 --
--- KEYS[1] meta     hash
--- KEYS[2] stock    string
+-- KEYS[1] meta     hash   (see grab.lua)
+-- KEYS[2] the string where releases before this layout kept the stock:
+--         a sale Redis held across the upgrade has meta without left,
+--         which grab.lua answers "not loaded"; this call moves that stock
+--         into meta
 -- KEYS[3] orders   stream
 -- KEYS[4] returned set   the receipts of return.lua
 -- KEYS[5] the receipts of the returns the database snapshot holds, staged
@@ -33,9 +36,12 @@
 -- Returns 1 if this call loaded the activity, 0 if it was loaded already.
 if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('DEL', KEYS[5])
+  if redis.call('HEXISTS', KEYS[1], 'left') == 0 then
+    redis.call('HINCRBY', KEYS[1], 'left', tonumber(redis.call('GET', KEYS[2]) or '0'))
+    redis.call('DEL', KEYS[2])
+  end
   return 0
 end
-redis.call('SET', KEYS[2], ARGV[4])
 if redis.call('EXISTS', KEYS[5]) == 1 then
   redis.call('RENAME', KEYS[5], KEYS[4])
   redis.call('PERSIST', KEYS[4])
@@ -58,7 +64,7 @@ end
 local ok = pcall(redis.call, 'XGROUP', 'CREATE', KEYS[3], ARGV[5], '0', 'MKSTREAM')
 -- BUSYGROUP (the group exists) is fine: its pending entries are kept.
 local t = redis.call('TIME')
-redis.call('HSET', KEYS[1], 'starts_ms', ARGV[1], 'ends_ms', ARGV[2], 'stock', ARGV[3],
+redis.call('HSET', KEYS[1], 'starts_ms', ARGV[1], 'ends_ms', ARGV[2], 'stock', ARGV[3], 'left', ARGV[4],
   'seq', string.format('%d', seq), 'epoch', string.format('%d', t[1] * 1000000 + t[2]))
 if ARGV[7] ~= '0' or ARGV[8] ~= '0' then
   redis.call('HSET', KEYS[1], 'in', ARGV[7], 'out', ARGV[8])

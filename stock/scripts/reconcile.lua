@@ -4,12 +4,12 @@
 -- rebuilt from a database snapshot taken before that commit. Idempotent:
 -- the buyer mark is the receipt.
 --
--- KEYS[1] meta    hash   loaded? and seq, epoch (see grab.lua, load.lua)
--- KEYS[2] stock   string
--- KEYS[3] buyers  hash
--- KEYS[4] debt    string units taken while the stock was 0, owed by the
+-- KEYS[1] meta    hash   loaded? and left (the stock), seq, epoch (see
+--                 grab.lua, load.lua)
+-- KEYS[2] buyers  hash
+-- KEYS[3] debt    string units taken while the stock was 0, owed by the
 --                 next compensations (see compensate.lua)
--- KEYS[5] returned set   receipts of return.lua: an order whose unit came
+-- KEYS[4] returned set   receipts of return.lua: an order whose unit came
 --                 back is not taken again, whatever the caller read of it
 --                 before it was cancelled or expired
 -- ARGV: uid1, local1, uid2, local2, ... (confirmed orders, local ids in
@@ -29,21 +29,21 @@ local top = seq
 for i = 1, #ARGV, 2 do
   local uid, oid = ARGV[i], ARGV[i + 1]
   top = math.max(top, tonumber(oid))
-  local mark = redis.call('HGET', KEYS[3], uid)
-  if mark ~= oid and redis.call('SISMEMBER', KEYS[5], oid) == 0 then
-    redis.call('HSET', KEYS[3], uid, oid)
+  local mark = redis.call('HGET', KEYS[2], uid)
+  if mark ~= oid and redis.call('SISMEMBER', KEYS[4], oid) == 0 then
+    redis.call('HSET', KEYS[2], uid, oid)
     changed = changed + 1
     -- A user Redis did not know takes a unit now. A user who grabbed
     -- again meanwhile already took one, under an order the database will
     -- refuse as a duplicate of this one: that unit is this order's.
     if not mark then
       taken = taken + 1
-      if tonumber(redis.call('GET', KEYS[2])) > 0 then
-        redis.call('DECR', KEYS[2])
+      if tonumber(redis.call('HGET', KEYS[1], 'left') or '0') > 0 then
+        redis.call('HINCRBY', KEYS[1], 'left', -1)
       else
         -- Redis sold this unit to a grab the database will refuse for
         -- lack of stock; that refusal pays the debt instead of restocking.
-        redis.call('INCR', KEYS[4])
+        redis.call('INCR', KEYS[3])
       end
     end
   end

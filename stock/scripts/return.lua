@@ -5,11 +5,10 @@
 -- this one is in it already (a repeated call, or a load from a database
 -- snapshot that held the return), and nothing is done.
 --
--- KEYS[1] meta     hash   loaded? and epoch (see load.lua)
--- KEYS[2] stock    string
--- KEYS[3] buyers   hash
--- KEYS[4] debt     string units owed (see reconcile.lua): paid first
--- KEYS[5] returned set    receipts: local ids (or "o<order id>" for an id
+-- KEYS[1] meta     hash   loaded? and left (the stock), epoch (see load.lua)
+-- KEYS[2] buyers   hash
+-- KEYS[3] debt     string units owed (see reconcile.lua): paid first
+-- KEYS[4] returned set    receipts: local ids (or "o<order id>" for an id
 --                         outside the activity's range, which no mark holds)
 -- ARGV[1] uid  ARGV[2] the order's receipt
 -- ARGV[3] the local id a buyer mark of the order holds ("" if none can)
@@ -28,17 +27,17 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return -1
 end
-if redis.call('SADD', KEYS[5], ARGV[2]) == 0 then
+if redis.call('SADD', KEYS[4], ARGV[2]) == 0 then
   return 0
 end
-if ARGV[4] == '1' and ARGV[3] ~= '' and redis.call('HGET', KEYS[3], ARGV[1]) == ARGV[3] then
-  redis.call('HDEL', KEYS[3], ARGV[1])
+if ARGV[4] == '1' and ARGV[3] ~= '' and redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[3] then
+  redis.call('HDEL', KEYS[2], ARGV[1])
 end
 redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-if tonumber(redis.call('GET', KEYS[4]) or '0') > 0 then
-  redis.call('DECR', KEYS[4])
+if tonumber(redis.call('GET', KEYS[3]) or '0') > 0 then
+  redis.call('DECR', KEYS[3])
   return 1
 end
-redis.call('INCR', KEYS[2])
+redis.call('HINCRBY', KEYS[1], 'left', 1)
 redis.call('PUBLISH', ARGV[5], ARGV[6])
 return 1

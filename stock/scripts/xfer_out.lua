@@ -3,9 +3,9 @@
 -- transfer in its journal, so that it is completed (xfer_in.lua) even if
 -- the process that started it dies.
 --
--- KEYS[1] meta     hash   out: the units this bucket ever sent
--- KEYS[2] stock    string
--- KEYS[3] journal  hash   <transfer id> -> "<receiving bucket>:<units>"
+-- KEYS[1] meta     hash   left (the stock), and out: the units this bucket
+--                         ever sent
+-- KEYS[2] journal  hash   <transfer id> -> "<receiving bucket>:<units>"
 -- ARGV[1] units wanted  ARGV[2] transfer id  ARGV[3] the receiving bucket
 --
 -- Returns the units taken, at most the stock (0 if it is empty), or -1 if
@@ -13,11 +13,11 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return -1
 end
-local k = math.min(tonumber(ARGV[1]), tonumber(redis.call('GET', KEYS[2]) or '0'))
+local k = math.min(tonumber(ARGV[1]), tonumber(redis.call('HGET', KEYS[1], 'left') or '0'))
 if k <= 0 then
   return 0
 end
-redis.call('DECRBY', KEYS[2], k)
+redis.call('HINCRBY', KEYS[1], 'left', -k)
 redis.call('HINCRBY', KEYS[1], 'out', k)
-redis.call('HSET', KEYS[3], ARGV[2], ARGV[3] .. ':' .. string.format('%d', k))
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. ':' .. string.format('%d', k))
 return k

@@ -177,7 +177,7 @@ func lowest(ctx context.Context, rdb redis.UniversalClient, keys []stock.Keys) (
 	pipe := rdb.Pipeline()
 	cmds := make([]*redis.StringCmd, len(keys))
 	for i, k := range keys {
-		cmds[i] = pipe.Get(ctx, k.Stock)
+		cmds[i] = pipe.HGet(ctx, k.Meta, stock.MetaLeft)
 	}
 	_, _ = pipe.Exec(ctx)
 	var low int64
