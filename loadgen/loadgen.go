@@ -518,7 +518,7 @@ func (w *worker) grab(k int, pass string) outcome {
 		w.remember(u, uid, order)
 	case outSoldOut:
 		casFirst(&r.firstSold, int64(end)+1)
-		r.soldAt[min(int(end/r.soldSlot), len(r.soldAt)-1)].Add(1)
+		r.soldAt[min(max(int(end/r.soldSlot), 0), len(r.soldAt)-1)].Add(1)
 	}
 	if !out.definite() {
 		u.uncertain.Store(1)
