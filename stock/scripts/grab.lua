@@ -11,9 +11,8 @@
 --                 sets it and publishes the group's wake-up message on
 --                 ARGV[1], waking the workers: one message per idle-to-busy
 --                 change, none under load. One HMGET reads and one HSET
---                 writes what a group needs of it: each command a script
---                 calls costs about a microsecond beyond its own work, and
---                 an activity of many buckets pays them for each group.
+--                 writes what a group needs of it: an activity of many
+--                 buckets on one Redis pays them for each group of a call.
 -- KEYS[2] buyers  hash   <uid> -> <local id of the user's order>
 -- KEYS[3] orders  stream one entry per accepted grab: o=<local id> u=<uid>,
 --                 under the entry id <starts_ms + (local >> 3)>-<local & 7>:
