@@ -27,6 +27,7 @@ type Lock struct {
 	co       *cohort   // the cohort whose Redis hold this is (see cohort.go)
 	passes   int       // how many more times the cohort may pass it on
 	polled   int64     // waiting: no token above it was issued before the last poll (see waitFor)
+	short    bool      // taken with a short call: released with one first (see acquire)
 
 	mu         sync.Mutex
 	renewLease time.Duration // the watchdog's lease: lease, until Extend sets it

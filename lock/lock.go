@@ -186,6 +186,10 @@ func mutexSpec(cfg lockConfig) string {
 // it, without waiting. It returns an error matching ErrNotObtained when
 // someone else holds it (or waits for it), or the Redis error; when ctx
 // ends during the attempt, the error matches ErrNotObtained and ctx.Err().
+// On one Redis, a plain mutex (no owner, no metadata) that is free costs
+// one script call to take and one to release, each sent with only what
+// that case reads; a lock that is free while someone waits, or held as
+// another kind, costs one call more.
 func (c *Client) TryLock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	cfg, err := config(opts)
 	if err != nil {
@@ -266,6 +270,10 @@ func notObtained(ctx context.Context, err error) error {
 	}
 	return err
 }
+
+// needFull is what a script answers a short call that it cannot finish
+// (see scripts/core.lua).
+const needFull = -1 << 53
 
 // How an attempt is made.
 const (
@@ -582,7 +590,19 @@ func (c *Client) acquire(ctx context.Context, l *Lock, how string, since time.Ti
 		var slots string
 		held := false
 		var err error
-		if strs {
+		// A plain mutex that does not wait is tried with a short call
+		// (scripts/core.lua): the uncontended case's keys and arguments,
+		// and in full only if the script finds another case. A hold so
+		// taken is released with a short call too.
+		l.short = how == attemptTry && l.spec == "p"
+		switch {
+		case l.short:
+			v, err = run(ctx, c.nodes[0], acquireScript, keys[:3], args[:2])
+			if err == nil && v == needFull {
+				l.short = false
+				v, err = run(ctx, c.nodes[0], acquireScript, keys, args)
+			}
+		case strs:
 			var r []string
 			r, err = runStrings(ctx, c.nodes[0], acquireScript, keys, args)
 			if err == nil {
@@ -591,7 +611,7 @@ func (c *Client) acquire(ctx context.Context, l *Lock, how string, since time.Ti
 			if err == nil && v < 0 && how == attemptPoll {
 				l.polled = parseIssued(r)
 			}
-		} else {
+		default:
 			v, err = run(ctx, c.nodes[0], acquireScript, keys, args)
 		}
 		if err == nil && v <= 0 {
@@ -826,7 +846,17 @@ func (c *Client) release(ctx context.Context, l *Lock, yield bool) (status, erro
 	}
 	keys, args := l.keys[:], kv[:]
 	if !c.redlock() {
-		v, err := run(ctx, c.nodes[0], releaseScript, keys, args)
+		full := !l.short || yield
+		var v int64
+		var err error
+		if !full {
+			// a short call (see acquire); in full if someone may wait
+			v, err = run(ctx, c.nodes[0], releaseScript, keys[:1], args[:1])
+			full = err == nil && v == needFull
+		}
+		if full {
+			v, err = run(ctx, c.nodes[0], releaseScript, keys, args)
+		}
 		switch {
 		case err != nil:
 			return failed, err

@@ -1,7 +1,8 @@
 -- acquire_fast.lua: acquire.lua's common contended case, a plain mutex
 -- held by another plain hold (acquire_free.lua took the free one). It runs
 -- before lib.lua (see core.lua), and leaves every other case, untouched,
--- to acquire.lua, which describes the arguments and the reply.
+-- to acquire.lua, which describes the arguments and the reply; a short
+-- call (see core.lua) goes no further.
 do
 	local tok, lease, spec, how = ARGV[1], ARGV[2], ARGV[3] or 'p', ARGV[4] or '0'
 	if spec == 'p' and how ~= '2' then
@@ -16,4 +17,8 @@ do
 			return -1 - math.max(redis.call('pttl', K), 0)
 		end
 	end
+end
+-- Every other case needs the full call (see core.lua).
+if not W then
+	return needFull
 end

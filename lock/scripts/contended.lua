@@ -1,8 +1,44 @@
--- contended.lua: the functions of the common contended case, a plain mutex
--- handed to its waiters (see core.lua, which comes before, and the fast
--- paths that come after: acquire_fast.lua, release_fast.lua). The
+-- contended.lua: the functions that every case but the uncontended ones
+-- needs (str, now, fence), and those of the common contended case, a plain
+-- mutex handed to its waiters (see core.lua, which comes before, and the
+-- fast paths that come after: acquire_fast.lua, release_fast.lua). The
 -- uncontended cases (acquire_free.lua, release_free.lua) run before it and
 -- do not pay for defining them.
+
+-- str formats an integer exactly (tostring gives 14 digits on Redis < 7).
+local function str(n)
+	return string.format('%.0f', n)
+end
+
+-- now returns the Redis clock in milliseconds.
+local function now()
+	local t = redis.call('time')
+	return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- fence issues the next n tokens of this name (default 1): the counter
+-- plus one to the counter plus n, and returns the first. A missing counter
+-- (first use, expired, evicted, lost in a failover or a restart) is started
+-- one second ahead of Redis TIME in microseconds, and lives for that second
+-- only: the clock catches up with it as it expires. So tokens grow with
+-- every acquisition (fewer than a million tokens a second) while the counter
+-- lives, whatever the clock does (Redis expires it by the same clock), and
+-- grow across a restart of the counter as long as the Redis clock has not
+-- gone back by more than the time since the last acquisition. After a
+-- failover that lost the counter's last increments, they grow if the
+-- failover took more than a second and the servers' clocks agree within
+-- that margin. Tokens stay below 2^53: Lua numbers hold them exactly.
+local function fence(n)
+	n = n or 1
+	local token = redis.call('incrby', F, n)
+	if token == n then
+		local t = redis.call('time')
+		local s = (t[1] + 1) .. string.sub('00000' .. t[2], -6)
+		token = tonumber(s) + n - 1
+		redis.call('set', F, str(token), 'px', 1000)
+	end
+	return token - n + 1
+end
 
 -- hold sets K to the plain hold tok for lease ms, with the next fencing
 -- token, or the first of the next n (streak: see promote in lib.lua), and

@@ -1,13 +1,14 @@
--- core.lua: what every script of the lock starts with: its keys, and the
--- few functions that every case needs. A Redis script cannot include
--- another, so the lock makes each script of, in order: core.lua; the
--- script's uncontended case if it has one (acquire_free.lua,
--- release_free.lua); contended.lua, the functions of the contended plain
--- mutex; the script's fast path if it has one (acquire_fast.lua,
--- release_fast.lua); lib.lua, the functions of every other lock; and the
--- script itself. Each function a script defines costs every run of it,
--- called or not (lib.lua's cost as much as five Redis calls), so each case
--- returns before the definitions it does not need.
+-- core.lua: what every script of the lock starts with: its keys and
+-- constants, and no function. A Redis script cannot include another, so
+-- the lock makes each script of, in order: core.lua; the script's
+-- uncontended case if it has one (acquire_free.lua, release_free.lua);
+-- contended.lua, the functions that every other case needs and those of
+-- the contended plain mutex; the script's fast path if it has one
+-- (acquire_fast.lua, release_fast.lua); lib.lua, the functions of every
+-- other lock; and the script itself. Each function a script defines costs
+-- every run of it, called or not (its closure is made at each run: lib.lua's
+-- cost as much as five Redis calls), so each case returns before the
+-- definitions it does not need.
 --
 -- Every script takes the keys of one lock name, all in one hash slot:
 --
@@ -32,6 +33,15 @@
 --          its metadata. A waiter refreshes its deadline while it waits; one
 --          whose deadline passed is gone, and skipped.
 --
+-- A call may be short: the keys and arguments that the uncontended case
+-- reads, and no more (acquire: K, F, Q and the hold token and lease of a
+-- plain mutex that does not wait; release: K and the hold token). The
+-- uncontended case answers it; a script that finds another case answers
+-- needFull, having written nothing but a fencing token it did not use
+-- (tokens only need to grow), and the client calls again in full. A
+-- plain mutex that another plain hold holds is answered too (acquire_fast:
+-- taken; release_fast: not held).
+--
 -- A spec says what a hold asks for: 'p' a plain mutex, 'h' a mutex with
 -- metadata, 'o' .. owner a reentrant mutex, 's' .. permits a semaphore
 -- permit, 's' .. permits .. 'x' .. n a hold of n permits at once, 'r' a
@@ -46,43 +56,12 @@
 
 local K, F, Q, W = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
--- str formats an integer exactly (tostring gives 14 digits on Redis < 7).
-local function str(n)
-	return string.format('%.0f', n)
-end
-
--- now returns the Redis clock in milliseconds.
-local function now()
-	local t = redis.call('time')
-	return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- fence issues the next n tokens of this name (default 1): the counter
--- plus one to the counter plus n, and returns the first. A missing counter
--- (first use, expired, evicted, lost in a failover or a restart) is started
--- one second ahead of Redis TIME in microseconds, and lives for that second
--- only: the clock catches up with it as it expires. So tokens grow with
--- every acquisition (fewer than a million tokens a second) while the counter
--- lives, whatever the clock does (Redis expires it by the same clock), and
--- grow across a restart of the counter as long as the Redis clock has not
--- gone back by more than the time since the last acquisition. After a
--- failover that lost the counter's last increments, they grow if the
--- failover took more than a second and the servers' clocks agree within
--- that margin. Tokens stay below 2^53: Lua numbers hold them exactly.
-local function fence(n)
-	n = n or 1
-	local token = redis.call('incrby', F, n)
-	if token == n then
-		local t = redis.call('time')
-		local s = (t[1] + 1) .. string.sub('00000' .. t[2], -6)
-		token = tonumber(s) + n - 1
-		redis.call('set', F, str(token), 'px', 1000)
-	end
-	return token - n + 1
-end
-
 -- block is how many tokens a plain mutex hold reserves when it comes from
 -- Lock on one Redis (a waiter, or an attempt that would have waited): its
 -- own, and those of the holds its client passes it on to in-process without
 -- Redis (see cohort.go, which counts on exactly this rule).
 local block = 17
+
+-- needFull answers a short call that the script cannot finish (see above):
+-- -2^53, below every reply of a full call (-1 - the ms a hold still runs).
+local needFull = -9007199254740992

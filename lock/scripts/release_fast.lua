@@ -3,7 +3,8 @@
 -- released the one nobody waits for). It runs
 -- before lib.lua (see core.lua), and leaves every other case to
 -- release.lua, which describes the arguments and the reply: it writes
--- nothing before it knows it can finish.
+-- nothing before it knows it can finish. A short call (see core.lua) goes
+-- no further.
 do
 	local tok, chanbase = ARGV[1], ARGV[3]
 	local v = held -- read by release_free.lua, with first
@@ -40,4 +41,8 @@ do
 			return 1
 		end
 	end
+end
+-- Every other case needs the full call (see core.lua).
+if not W then
+	return needFull
 end

@@ -14,6 +14,9 @@ if type(held) == 'string' and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. ' 
 		redis.call('del', K)
 		return 1
 	end
+	if not Q then
+		return needFull -- a short call (see core.lua): someone may wait
+	end
 	first = redis.call('lrange', Q, 0, 7)
 	if #first == 0 then
 		redis.call('del', K)

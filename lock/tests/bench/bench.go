@@ -54,8 +54,14 @@ const (
 // sent with rueidis, the floor of any lock's cost (no fencing, no watchdog).
 const RawRueidis = "raw-rueidis"
 
+// FencedRueidis is no lock library either: one script that increments a
+// counter and sets the key NX PX, and a compare-and-delete, sent with
+// rueidis: the floor of a lock that issues fencing tokens (no line, no
+// watchdog, a counter that is never deleted).
+const FencedRueidis = "fenced-rueidis"
+
 // All lists every locker name.
-var All = []string{LockRueidis, LockGoRedis, Redsync, Redislock, RawRueidis}
+var All = []string{LockRueidis, LockGoRedis, Redsync, Redislock, RawRueidis, FencedRueidis}
 
 // pollDelay is the retry interval given to the polling libraries when they
 // must wait: short, to give them their best throughput.
@@ -127,41 +133,12 @@ func New(name, addr, prefix string, conns int) (*Locker, error) {
 		}
 		cr := &countingRedis{Redis: rueidislock.New(rc)}
 		return ours(name, lock.New(cr, lock.WithPrefix(prefix)), cr.n.Load, rc.Close), nil
-	case RawRueidis:
+	case RawRueidis, FencedRueidis:
 		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
 		if err != nil {
 			return nil, err
 		}
-		var n atomic.Int64
-		del := rueidis.NewLuaScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`)
-		var seq atomic.Int64
-		return &Locker{
-			Name: name,
-			Lock: func(ctx context.Context, key string, wait bool) (func(context.Context) error, error) {
-				k := prefix + key
-				v := strconv.FormatInt(seq.Add(1), 10)
-				for {
-					n.Add(1)
-					err := rc.Do(ctx, rc.B().Set().Key(k).Value(v).Nx().PxMilliseconds(30000).Build()).Error()
-					if err == nil {
-						break
-					}
-					if !rueidis.IsRedisNil(err) {
-						return nil, err
-					}
-					if !wait {
-						return nil, errors.New("raw: taken")
-					}
-					time.Sleep(pollDelay)
-				}
-				return func(ctx context.Context) error {
-					n.Add(1)
-					return del.Exec(ctx, rc, []string{k}, []string{v}).Error()
-				}, nil
-			},
-			Commands: n.Load,
-			Close:    rc.Close,
-		}, nil
+		return bare(name, rc, prefix), nil
 	case LockGoRedis:
 		gc, n := goRedisClient(addr, conns)
 		return ours(name, lock.New(goredis.New(gc), lock.WithPrefix(prefix)), n.n.Load, func() { gc.Close() }), nil
@@ -209,6 +186,62 @@ func New(name, addr, prefix string, conns int) (*Locker, error) {
 		}, nil
 	}
 	return nil, fmt.Errorf("bench: unknown locker %q", name)
+}
+
+// bare is raw-rueidis or fenced-rueidis on rc: no lock library, the floor
+// of a lock's cost without fencing tokens and with them.
+func bare(name string, rc rueidis.Client, prefix string) *Locker {
+	var n atomic.Int64
+	var seq atomic.Int64
+	// raw: SET NX PX; the hold's value is v
+	acquire := func(ctx context.Context, k, v string) (bool, error) {
+		err := rc.Do(ctx, rc.B().Set().Key(k).Value(v).Nx().PxMilliseconds(30000).Build()).Error()
+		if rueidis.IsRedisNil(err) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	del := rueidis.NewLuaScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`)
+	if name == FencedRueidis {
+		// fenced: the token from a counter next to the key, in the value
+		// with the hold's id; the release compares the id
+		fenced := rueidis.NewLuaScript(`local t = redis.call("incr", KEYS[2])
+if redis.call("set", KEYS[1], ARGV[1] .. " " .. t, "nx", "px", 30000) then return t end
+return 0`)
+		acquire = func(ctx context.Context, k, v string) (bool, error) {
+			t, err := fenced.Exec(ctx, rc, []string{k, k + ":fence"}, []string{v}).AsInt64()
+			return t > 0, err
+		}
+		del = rueidis.NewLuaScript(`local v = redis.call("get", KEYS[1])
+if v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. " " then return redis.call("del", KEYS[1]) else return 0 end`)
+	}
+	return &Locker{
+		Name: name,
+		Lock: func(ctx context.Context, key string, wait bool) (func(context.Context) error, error) {
+			k := prefix + "{" + key + "}"
+			v := strconv.FormatInt(seq.Add(1), 10)
+			for {
+				n.Add(1)
+				ok, err := acquire(ctx, k, v)
+				if err != nil {
+					return nil, err
+				}
+				if ok {
+					break
+				}
+				if !wait {
+					return nil, errors.New(name + ": taken")
+				}
+				time.Sleep(pollDelay)
+			}
+			return func(ctx context.Context) error {
+				n.Add(1)
+				return del.Exec(ctx, rc, []string{k}, []string{v}).Error()
+			}, nil
+		},
+		Commands: n.Load,
+		Close:    rc.Close,
+	}
 }
 
 func ours(name string, c *lock.Client, commands func() int64, closeRedis func()) *Locker {

@@ -1,0 +1,162 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seckilldev/seckill/internal/testenv"
+	"github.com/seckilldev/seckill/lock"
+)
+
+// shapes wraps a lock.Redis and records the number of keys and arguments
+// of each script call, as "keys/args".
+type shapes struct {
+	lock.Redis
+	mu    sync.Mutex
+	calls []string
+}
+
+func (s *shapes) record(keys, args []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, fmt.Sprintf("%d/%d", len(keys), len(args)))
+}
+
+// take returns the calls recorded since the last take.
+func (s *shapes) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.calls
+	s.calls = nil
+	return c
+}
+
+func (s *shapes) EvalSHA(ctx context.Context, sha string, keys, args []string) (int64, error) {
+	s.record(keys, args)
+	return s.Redis.EvalSHA(ctx, sha, keys, args)
+}
+
+func (s *shapes) EvalSHAStrings(ctx context.Context, sha string, keys, args []string) ([]string, error) {
+	s.record(keys, args)
+	return s.Redis.EvalSHAStrings(ctx, sha, keys, args)
+}
+
+// TestShortCalls: the uncontended TryLock and its Unlock send only what
+// the uncontended case reads (3 keys and 2 arguments, then 1 and 1), and
+// every other case they meet is answered by the full call that follows,
+// as before: a lock taken, a free lock with a waiter in line (which gets
+// it), a hold marked by a waiter (handed to it), a name of another kind.
+func TestShortCalls(t *testing.T) {
+	forEachAdapter(t, func(t *testing.T, a adapter, r lock.Redis, prefix string) {
+		ctx := ctxTimeout(t, 20*time.Second)
+		rec := &shapes{Redis: r}
+		c := newClient(t, rec, prefix)
+		other := newClient(t, a.dial(t, testenv.RedisAddr(t)), prefix)
+		check := func(what string, want ...string) {
+			t.Helper()
+			if got := rec.take(); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s: calls (keys/args) %v, want %v", what, got, want)
+			}
+		}
+
+		// uncontended: one short call each way
+		l, err := c.TryLock(ctx, "free")
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("TryLock of a free lock", "3/2")
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		check("Unlock of a hold nobody waits for", "1/1")
+
+		// taken by another plain hold: the short call answers
+		held, err := other.TryLock(ctx, "taken")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.TryLock(ctx, "taken"); !errors.Is(err, lock.ErrNotObtained) {
+			t.Fatalf("TryLock of a taken lock: %v, want ErrNotObtained", err)
+		}
+		check("TryLock of a taken lock", "3/2")
+
+		// a waiter joins the line of a short hold: the short release finds
+		// the mark and the full one hands the lock over
+		l, err = c.TryLock(ctx, "marked")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *lock.Lock, 1)
+		go func() {
+			w, err := other.Lock(ctx, "marked", lock.WithRetry(lock.LinearBackoff(10*time.Second)))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- w
+		}()
+		waitInLine(t, other, "marked", 1)
+		rec.take()
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		check("Unlock of a hold a waiter marked", "1/1", "4/4")
+		st, err := other.Inspect(ctx, "marked")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Holds) != 1 || st.Holds[0].Token <= l.Token() {
+			t.Fatalf("right after the release the lock is %+v, want held by the waiter", st)
+		}
+		if w := <-got; w != nil {
+			w.Unlock(ctx)
+		}
+
+		// a free lock with a waiter in line (its holder died: its key is
+		// deleted here, long before the waiter looks again at the end of
+		// the lease): the full call gives it to the waiter, not to TryLock
+		if _, err := other.TryLock(ctx, "expired", lock.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			w, err := other.Lock(ctx, "expired", lock.WithRetry(lock.LinearBackoff(time.Minute)))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- w
+		}()
+		waitInLine(t, other, "expired", 1)
+		if err := rawClient(t, testenv.RedisAddr(t)).Del(ctx, prefix+"{expired}").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rec.take()
+		if _, err := c.TryLock(ctx, "expired"); !errors.Is(err, lock.ErrNotObtained) {
+			t.Fatalf("TryLock of a free lock with a waiter: %v, want ErrNotObtained", err)
+		}
+		check("TryLock of a free lock with a waiter", "3/2", "4/7")
+		select {
+		case w := <-got:
+			if w != nil {
+				w.Unlock(ctx)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the waiter did not get the free lock")
+		}
+
+		// another kind of lock: the full call tells
+		sem, err := other.Semaphore("kind", 2).TryAcquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.take()
+		if _, err := c.TryLock(ctx, "kind"); !errors.Is(err, lock.ErrKind) {
+			t.Fatalf("TryLock of a semaphore's name: %v, want ErrKind", err)
+		}
+		check("TryLock of a semaphore's name", "3/2", "4/7")
+		sem.Unlock(ctx)
+		held.Unlock(ctx)
+	})
+}
