@@ -4,7 +4,8 @@
 # alternating (ABBA) ROUNDS times, 8 s each, 64 connections, every grab succeeding (stock
 # 100,000,000: the runs never sell it out; a new user per request). For each run: the grab rate,
 # and Redis' CPU per accepted grab (used_cpu_user + used_cpu_sys of INFO cpu, over the run, by
-# the 202s of the run), and serve's CPU per accepted grab (its API and its worker). Prints the
+# the 202s of the run), serve's CPU per accepted grab (its API and its worker), and PostgreSQL's
+# (every postgres process of the machine: run it on a machine that has no other database work). Prints the
 # medians and the ratios buckets/one bucket, and the median of each round's ratio (its two runs
 # side by side). Run from the root:
 #   perf/wrk-buckets.sh                    # BUCKETS=16 ROUNDS=3 DUR=8s CONN=64
@@ -33,19 +34,21 @@ mk() { curl -s -X POST http://127.0.0.1:$SP/api/v1/activities -H 'Authorization:
 A=$(mk 1) && B=$(mk $BUCKETS) || { echo "cannot create activities"; tail -5 $T/serve.log; exit 1; }
 # scpu: serve's CPU so far, utime+stime, in seconds
 scpu() { awk -v hz=$(getconf CLK_TCK) '{printf "%.2f", ($14+$15)/hz}' /proc/$SPID/stat; }
+# pgcpu: the CPU so far of every postgres process, in seconds
+pgcpu() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v hz=$(getconf CLK_TCK) '$2 ~ /^\(postgres/ {s+=$14+$15} END{printf "%.2f", s/hz}'; }
 rcpu() { redis-cli -p $RP info cpu | awk -F: '/^used_cpu_(user|sys):/{s+=$2} END{printf "%.6f", s}'; }
 # cmdstats FILE: each command's calls and usec (INFO commandstats), one per line
 cmdstats() { redis-cli -p $RP info commandstats | tr -d '\r' | sed -n 's/^cmdstat_\([^:]*\):calls=\([0-9]*\),usec=\([0-9]*\),.*/\1 \2 \3/p' | sort > "$1"; }
-# run ID USER_BASE: prints "req/s accepted redis_cpu_seconds serve_cpu_seconds"; each command's calls and usec per
+# run ID USER_BASE: prints "req/s accepted redis_cpu_seconds serve_cpu_seconds postgres_cpu_seconds"; each command's calls and usec per
 # accepted grab go to $T/cmds
 run() {
-  c0=$(rcpu); s0=$(scpu); cmdstats $T/before
+  c0=$(rcpu); s0=$(scpu); p0=$(pgcpu); cmdstats $T/before
   out=$(wrk -t1 -c$CONN -d$DUR --latency -s "$GRAB_LUA" http://127.0.0.1:$SP -- /api/v1/activities/$1/grab $2 2>&1)
-  c1=$(rcpu); s1=$(scpu); cmdstats $T/after; echo "$out" >> $T/wrk.log
+  c1=$(rcpu); s1=$(scpu); p1=$(pgcpu); cmdstats $T/after; echo "$out" >> $T/wrk.log
   rate=$(echo "$out" | awk '/Requests\/sec/{print $2}')
   reqs=$(echo "$out" | awk '/requests in/{print $1}')
   bad=$(echo "$out" | awk '/Non-2xx/{print $NF}')
-  echo "$rate $((reqs - ${bad:-0})) $(python3 -c "print(round($c1-$c0, 3), round($s1-$s0, 2))")"
+  echo "$rate $((reqs - ${bad:-0})) $(python3 -c "print(round($c1-$c0, 3), round($s1-$s0, 2), round($p1-$p0, 2))")"
   join -a2 $T/before $T/after | awk -v n=$((reqs - ${bad:-0})) -v id=$1 \
     'NF==5{printf "%s %s %.3f %.3f\n", id, $1, ($4-$2)/n, ($5-$3)/n} NF==3{printf "%s %s %.3f %.3f\n", id, $1, $2/n, $3/n}' >> $T/cmds
 }
@@ -55,7 +58,7 @@ for r in $(seq $ROUNDS); do
   for n in $order; do
     u=$((u+1)); id=$A; [ $n != 1 ] && id=$B
     res=$(run $id $((u*10000000)))
-    echo "round $r, $n bucket(s): $res (req/s, accepted, redis cpu s, serve cpu s)" >&2
+    echo "round $r, $n bucket(s): $res (req/s, accepted, redis cpu s, serve cpu s, postgres cpu s)" >&2
     if [ $n = 1 ]; then one+=("$res"); else many+=("$res"); fi
   done
 done
@@ -77,4 +80,6 @@ print("grab rate, the rounds' ratios: " + " ".join(f"{m[0]/o[0]:.3f}" for o, m i
 print(f"redis cpu per accepted grab: 1 bucket {c1:.2f} us, {n} buckets {cn:.2f} us: {cn/c1:.3f}x")
 s1,sn=st.median(1e6*x[3]/x[1] for x in one),st.median(1e6*x[3]/x[1] for x in many)
 print(f"serve cpu per accepted grab (api and worker): 1 bucket {s1:.2f} us, {n} buckets {sn:.2f} us: {sn/s1:.3f}x")
+p1,pn=st.median(1e6*x[4]/x[1] for x in one),st.median(1e6*x[4]/x[1] for x in many)
+print(f"postgres cpu per accepted grab: 1 bucket {p1:.2f} us, {n} buckets {pn:.2f} us: {pn/p1:.3f}x")
 PY
