@@ -28,6 +28,8 @@ end
 -- failover that lost the counter's last increments, they grow if the
 -- failover took more than a second and the servers' clocks agree within
 -- that margin. Tokens stay below 2^53: Lua numbers hold them exactly.
+-- acquire_free.lua repeats this inline (it runs before any function is
+-- defined): a change here goes there too.
 local function fence(n)
 	n = n or 1
 	local token = redis.call('incrby', F, n)

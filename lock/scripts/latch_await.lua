@@ -1,7 +1,7 @@
 -- latch_await.lua: an awaiter of a countdown latch asks whether it opened,
--- and keeps its place while it did not; or leaves. (core.lua and lib.lua
--- come first: this script uses now and str; their lock keys are not this
--- script's.)
+-- and keeps its place while it did not; or leaves. (core.lua,
+-- contended.lua and lib.lua come first: this script uses now and str, of
+-- contended.lua; their lock keys are not this script's.)
 --
 -- KEYS[1]  L, the latch (see latch_set.lua)
 -- KEYS[2]  A, its awaiters (see latch_down.lua)

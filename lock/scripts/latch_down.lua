@@ -1,6 +1,7 @@
 -- latch_down.lua: count a countdown latch down by one; at zero, open it:
--- delete it and wake its awaiters. (core.lua and lib.lua come first: this
--- script uses now and notify; their lock keys are not this script's.)
+-- delete it and wake its awaiters. (core.lua, contended.lua and lib.lua
+-- come first: this script uses now and notify, of contended.lua; their lock
+-- keys are not this script's.)
 --
 -- KEYS[1]  L, the latch (see latch_set.lua)
 -- KEYS[2]  A, its awaiters: a hash from an awaiter's hold token to the

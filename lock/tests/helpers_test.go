@@ -86,14 +86,35 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 
 // counting wraps a lock.Redis and counts the scripts it runs, for tests that
 // check how many round trips something costs, and can fail calls on demand.
+// It also records the shape of each call by SHA ("<keys>/<args>": a
+// NOSCRIPT's resend by source is the same call), for take.
 type counting struct {
 	lock.Redis
 	evals atomic.Int64
 	fail  atomic.Bool
+
+	mu     sync.Mutex
+	shapes []string
+}
+
+func (c *counting) record(keys, args []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.shapes = append(c.shapes, fmt.Sprintf("%d/%d", len(keys), len(args)))
+}
+
+// take returns the shapes of the calls made since the last take.
+func (c *counting) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.shapes
+	c.shapes = nil
+	return s
 }
 
 func (c *counting) EvalSHA(ctx context.Context, sha string, keys, args []string) (int64, error) {
 	c.evals.Add(1)
+	c.record(keys, args)
 	if c.fail.Load() {
 		return 0, errInjected
 	}
@@ -110,6 +131,7 @@ func (c *counting) Eval(ctx context.Context, src string, keys, args []string) (i
 
 func (c *counting) EvalSHAStrings(ctx context.Context, sha string, keys, args []string) ([]string, error) {
 	c.evals.Add(1)
+	c.record(keys, args)
 	if c.fail.Load() {
 		return nil, errInjected
 	}

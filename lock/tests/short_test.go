@@ -1,49 +1,14 @@
 package tests
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/seckilldev/seckill/internal/testenv"
 	"github.com/seckilldev/seckill/lock"
 )
-
-// shapes wraps a lock.Redis and records the number of keys and arguments
-// of each script call, as "keys/args".
-type shapes struct {
-	lock.Redis
-	mu    sync.Mutex
-	calls []string
-}
-
-func (s *shapes) record(keys, args []string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.calls = append(s.calls, fmt.Sprintf("%d/%d", len(keys), len(args)))
-}
-
-// take returns the calls recorded since the last take.
-func (s *shapes) take() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.calls
-	s.calls = nil
-	return c
-}
-
-func (s *shapes) EvalSHA(ctx context.Context, sha string, keys, args []string) (int64, error) {
-	s.record(keys, args)
-	return s.Redis.EvalSHA(ctx, sha, keys, args)
-}
-
-func (s *shapes) EvalSHAStrings(ctx context.Context, sha string, keys, args []string) ([]string, error) {
-	s.record(keys, args)
-	return s.Redis.EvalSHAStrings(ctx, sha, keys, args)
-}
 
 // TestShortCalls: the uncontended TryLock and its Unlock send only what
 // the uncontended case reads (3 keys and 2 arguments, then 1 and 1), and
@@ -53,7 +18,7 @@ func (s *shapes) EvalSHAStrings(ctx context.Context, sha string, keys, args []st
 func TestShortCalls(t *testing.T) {
 	forEachAdapter(t, func(t *testing.T, a adapter, r lock.Redis, prefix string) {
 		ctx := ctxTimeout(t, 20*time.Second)
-		rec := &shapes{Redis: r}
+		rec := &counting{Redis: r}
 		c := newClient(t, rec, prefix)
 		other := newClient(t, a.dial(t, testenv.RedisAddr(t)), prefix)
 		check := func(what string, want ...string) {
