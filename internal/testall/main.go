@@ -112,6 +112,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		shown = append(shown, line)
 		fmt.Fprintf(stdout, "testall: %s\n", line)
+		if r.dir == "." && slices.Equal(r.pkgs, []string{"./..."}) {
+			a = append(slices.Clone(goArgs), slowFirst(r.dir)...)
+		}
 
 		cmd := exec.Command("go", a...)
 		cmd.Dir, cmd.Env, cmd.Stderr = r.dir, env, stderr

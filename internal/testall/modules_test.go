@@ -2,8 +2,11 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -45,5 +48,26 @@ func TestPlan(t *testing.T) {
 		if !reflect.DeepEqual(flags, tc.wantFlags) || !reflect.DeepEqual(runs, tc.wantRuns) {
 			t.Errorf("plan(%q) = %q, %v; want %q, %v", tc.args, flags, runs, tc.wantFlags, tc.wantRuns)
 		}
+	}
+}
+
+// TestSlowFirst: the repository's own packages, every one once, the slow
+// ones first.
+func TestSlowFirst(t *testing.T) {
+	root := filepath.Join("..", "..")
+	list := exec.Command("go", "list", "./...")
+	list.Dir = root
+	all, err := list.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Fields(string(all))
+	got := slowFirst(root)
+	if !reflect.DeepEqual(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))) {
+		t.Fatalf("slowFirst lists %v, want the packages %v", got, want)
+	}
+	const mod = "github.com/seckilldev/seckill/"
+	if got[0] != mod+slow[0] || got[1] != mod+slow[1] {
+		t.Errorf("slowFirst starts with %v, want %s%s and %s%s", got[:2], mod, slow[0], mod, slow[1])
 	}
 }
