@@ -27,7 +27,10 @@ for i in 1 2 3; do
     --cluster-config-file nodes.conf --daemonize no >$T/n$i/log 2>&1 & pids+=($!)
   addrs+=(127.0.0.1:$p)
 done
-sleep 0.5
+# each node answers before the cluster is made (a fixed pause was too short on a busy machine)
+for a in "${addrs[@]}"; do
+  for i in $(seq 100); do redis-cli -p ${a#*:} ping >/dev/null 2>&1 && break; sleep 0.1; done
+done
 redis-cli --cluster create "${addrs[@]}" --cluster-yes >$T/create.log 2>&1 || { cat $T/create.log; exit 1; }
 for i in $(seq 50); do [ "$(redis-cli -h 127.0.0.1 -p ${addrs[0]#*:} cluster info | tr -d '\r' | grep cluster_state)" = cluster_state:ok ] && break; sleep 0.2; done
 echo "cluster: ${addrs[*]}"

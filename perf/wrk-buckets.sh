@@ -10,7 +10,7 @@
 # side by side). Run from the root:
 #   perf/wrk-buckets.sh                    # BUCKETS=16 ROUNDS=3 DUR=8s CONN=64
 #   SECKILL_BIN=/path/to/seckill perf/wrk-buckets.sh   # a binary built before
-# Needs: wrk, curl, python3, redis-server, redis-cli, PostgreSQL on 127.0.0.1:5432 (user
+# Needs: wrk, curl, python3, bc, redis-server, redis-cli, PostgreSQL on 127.0.0.1:5432 (user
 # postgres, trust). The wrk script is perf/grab.lua.
 set -u
 T=$(mktemp -d); pids=()
@@ -19,9 +19,9 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; sleep 0.5; fo
 trap cleanup EXIT
 GRAB_LUA=$(cd "$(dirname "$0")" && pwd)/grab.lua
 BUCKETS=${BUCKETS:-16}; ROUNDS=${ROUNDS:-3}; DUR=${DUR:-8s}; CONN=${CONN:-64}
-for c in wrk curl redis-server redis-cli psql python3; do command -v $c >/dev/null || { echo "$c missing"; exit 1; }; done
+for c in wrk curl redis-server redis-cli psql python3 bc; do command -v $c >/dev/null || { echo "$c missing"; exit 1; }; done
 if [ -n "${SECKILL_BIN:-}" ]; then cp "$SECKILL_BIN" $T/seckill; else go build -o $T/seckill ./cmd/seckill || exit 1; fi
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+source "$(dirname "$0")/lib.sh" # port, cpu
 RP=$(port); SP=$(port)
 redis-server --port $RP --bind 127.0.0.1 --save "" --appendonly no --dir $T --daemonize no >$T/redis.log 2>&1 & pids+=($!)
 psql -qAt -h 127.0.0.1 -U postgres -d postgres -c "DROP DATABASE IF EXISTS wrk_buckets WITH (FORCE)" -c "CREATE DATABASE wrk_buckets" >/dev/null || exit 1
@@ -33,7 +33,7 @@ mk() { curl -s -X POST http://127.0.0.1:$SP/api/v1/activities -H 'Authorization:
   -d "{\"name\":\"perf\",\"stock\":100000000,\"buckets\":$1,\"starts_at\":\"$(date -u -d '-5 sec' +%FT%TZ)\",\"ends_at\":\"$(date -u -d '+1 hour' +%FT%TZ)\"}" | python3 -c 'import json,sys;print(json.load(sys.stdin)["id"])'; }
 A=$(mk 1) && B=$(mk $BUCKETS) || { echo "cannot create activities"; tail -5 $T/serve.log; exit 1; }
 # scpu: serve's CPU so far, utime+stime, in seconds
-scpu() { awk -v hz=$(getconf CLK_TCK) '{printf "%.2f", ($14+$15)/hz}' /proc/$SPID/stat; }
+scpu() { echo "scale=2; $(cpu $SPID) / $(getconf CLK_TCK)" | bc; }
 # pgcpu: the CPU so far of every postgres process, in seconds
 pgcpu() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v hz=$(getconf CLK_TCK) '$2 ~ /^\(postgres/ {s+=$14+$15} END{printf "%.2f", s/hz}'; }
 rcpu() { redis-cli -p $RP info cpu | awk -F: '/^used_cpu_(user|sys):/{s+=$2} END{printf "%.6f", s}'; }

@@ -120,24 +120,19 @@ var slow = []string{"cmd/seckill", "faults"}
 // slowFirst lists the packages of the module in dir, the slow ones first,
 // for go test; "./..." if go list fails (go test will say why).
 func slowFirst(dir string) []string {
-	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Module.Path}}", "./...")
+	cmd := exec.Command("go", "list", "./...")
 	cmd.Dir = dir
 	out, err := cmd.Output()
 	if err != nil {
 		return []string{"./..."}
 	}
-	rank := func(line string) int {
-		pkg, mod, _ := strings.Cut(line, " ")
-		if i := slices.Index(slow, strings.TrimPrefix(pkg, mod+"/")); i >= 0 {
+	rank := func(pkg string) int {
+		if i := slices.IndexFunc(slow, func(s string) bool { return strings.HasSuffix(pkg, "/"+s) }); i >= 0 {
 			return i
 		}
 		return len(slow)
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	slices.SortStableFunc(lines, func(a, b string) int { return rank(a) - rank(b) })
-	pkgs := make([]string, len(lines))
-	for i, l := range lines {
-		pkgs[i], _, _ = strings.Cut(l, " ")
-	}
+	pkgs := strings.Fields(string(out))
+	slices.SortStableFunc(pkgs, func(a, b string) int { return rank(a) - rank(b) })
 	return pkgs
 }

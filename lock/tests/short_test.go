@@ -85,6 +85,7 @@ func TestShortCalls(t *testing.T) {
 		// TryLock. The waiter's own poll, every few seconds, may take it
 		// first (then the short call finds it taken): tried again on
 		// another name.
+		raw := rawClient(t, testenv.RedisAddr(t))
 		for i := 0; ; i++ {
 			name := fmt.Sprintf("expired-%d", i)
 			if _, err := other.TryLock(ctx, name, lock.WithTTL(time.Minute)); err != nil {
@@ -98,7 +99,7 @@ func TestShortCalls(t *testing.T) {
 				got <- w
 			}()
 			waitInLine(t, other, name, 1)
-			if err := rawClient(t, testenv.RedisAddr(t)).Del(ctx, prefix+"{"+name+"}").Err(); err != nil {
+			if err := raw.Del(ctx, prefix+"{"+name+"}").Err(); err != nil {
 				t.Fatal(err)
 			}
 			rec.take()
